@@ -1,0 +1,45 @@
+"""hpinteract: tune a running distributed PyTorch training job from Jupyter.
+
+Runs in: any process. Importing the package does not import torch: ``hpi.init`` (for the
+training script) loads the trainer on first use, so a notebook that only attaches to jobs
+stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .client import Ack, Job, JobError, JobSummary, attach, jobs, launch
+from .protocol.errors import (
+    AuthError,
+    ConfigError,
+    HpiError,
+    HpiTimeout,
+    InvalidCommand,
+    InvalidHParam,
+    InvalidState,
+    JobFailed,
+    JobNotFound,
+    ProtocolError,
+)
+from .protocol.hparams import HParam
+from .protocol.states import JobState
+
+if TYPE_CHECKING:
+    from .trainer.run import Run
+
+__version__ = "0.1.0"
+
+
+def init(*args: Any, **kwargs: Any) -> Run:
+    """Start hpinteract in a training script (every rank); see ``hpinteract.trainer.run``."""
+    from .trainer.run import init as _init
+
+    return _init(*args, **kwargs)
+
+
+__all__ = [
+    "Ack", "AuthError", "ConfigError", "HParam", "HpiError", "HpiTimeout", "InvalidCommand",
+    "InvalidHParam", "InvalidState", "Job", "JobError", "JobFailed", "JobNotFound", "JobState",
+    "JobSummary", "ProtocolError", "attach", "init", "jobs", "launch",
+]

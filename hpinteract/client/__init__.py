@@ -1,0 +1,10 @@
+"""The client side: ``Job``, ``launch``, ``attach``, ``jobs``; used by every surface.
+
+Runs in: any Python process (notebook kernel, CLI, server extension). Never imports torch,
+so a notebook attaches in milliseconds.
+"""
+
+from .job import Ack, Job, JobError
+from .launch import JobSummary, attach, jobs, launch
+
+__all__ = ["Ack", "Job", "JobError", "JobSummary", "attach", "jobs", "launch"]

@@ -1,0 +1,274 @@
+"""``Job``: one API over a running or finished job, for every surface.
+
+Runs in: client processes. Commands go to rank 0's coordinator over the signed control
+channel; state, history and logs are read from the run directory, which the job keeps
+whether or not anybody is connected, so a restarted kernel re-attaches and loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import zmq
+
+from ..protocol.connection import ConnectionInfo
+from ..protocol.errors import HpiTimeout, InvalidState, JobFailed
+from ..protocol.hparams import HParam
+from ..protocol.rundir import RunDir, read_json
+from ..protocol.states import JobState
+from ..transport.control import ControlClient
+from ..transport.pubsub import CatchUp, Subscriber
+from . import history
+
+# Commands are answered once applied at a step boundary; a slow step delays that, so they
+# wait longer than queries. Retries carry the same request id: the job never acts twice.
+COMMAND_TIMEOUT_S, COMMAND_RETRIES = 10.0, 11
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The job's answer to a command: the change's id and the first step that used it."""
+
+    change_id: str
+    applied_at_step: int
+    values: dict[str, Any]
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class JobError:
+    """Why a job failed: the root-cause rank (None if no rank ran) and its error."""
+
+    rank: int | None
+    message: str
+    exitcode: int | None = None
+    traceback: str | None = None
+
+    def __str__(self) -> str:
+        where = f"rank {self.rank}" if self.rank is not None else "the launcher"
+        code = f" (exit code {self.exitcode})" if self.exitcode is not None else ""
+        return f"{where} failed{code}: {self.message}"
+
+
+class Job:
+    def __init__(self, run_dir: RunDir, process: subprocess.Popen[bytes] | None = None) -> None:
+        self.run_dir = run_dir
+        self.id = run_dir.job_id
+        self._proc = process
+        self._client: ControlClient | None = None
+        self._info: ConnectionInfo | None = None
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.state.value}>"
+
+    # ---- state ---------------------------------------------------------------------------
+    @property
+    def spec(self) -> dict[str, Any]:
+        """What was launched (script, args, nproc, hparam overrides); {} for torchrun jobs."""
+        return read_json(self.run_dir.job_file) or {}
+
+    def _status_file(self) -> dict[str, Any]:
+        return read_json(self.run_dir.state_file) or {}
+
+    @property
+    def state(self) -> JobState:
+        st = self._status_file()
+        state = JobState(st["state"]) if st.get("state") in JobState._value2member_map_ \
+            else JobState.STARTING
+        if not state.terminal and not self._alive(st):
+            return JobState.FAILED
+        return state
+
+    def _alive(self, st: dict[str, Any]) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        spec = self.spec
+        if spec.get("hostname", socket.gethostname()) != socket.gethostname():
+            return True  # another machine's job: its state file is all we can know
+        pid = spec.get("supervisor_pid") or st.get("pid")
+        if pid is None:
+            return True
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    @property
+    def error(self) -> JobError | None:
+        """For a failed job, which rank failed and why."""
+        st = self._status_file()
+        err = st.get("error")
+        if err:
+            return JobError(err.get("rank"), str(err.get("message", "")), err.get("exitcode"),
+                            err.get("traceback"))
+        if self.state == JobState.FAILED:
+            return JobError(None, "the job's processes exited without recording an end; "
+                                  "see job.logs()")
+        return None
+
+    def wait(self, timeout: float | None = None, poll_s: float = 0.1) -> JobState:
+        """Block until the job has finished or failed; returns the final state."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not (state := self.state).terminal:
+            if deadline is not None and time.monotonic() > deadline:
+                raise HpiTimeout(f"job {self.id} is still {state.value} after {timeout}s")
+            time.sleep(poll_s)
+        if self._proc is not None:
+            self._proc.wait()
+        return state
+
+    # ---- control ---------------------------------------------------------------------------
+    def _connect(self, timeout: float = 120.0) -> ControlClient:
+        if self._client is not None:
+            return self._client
+        deadline = time.monotonic() + timeout
+        while not self.run_dir.connection.exists():
+            state = self.state
+            if state.terminal:
+                self._raise_ended(state)
+            if time.monotonic() > deadline:
+                raise HpiTimeout(f"job {self.id} did not open its control port in {timeout}s")
+            time.sleep(0.05)
+        self._info = ConnectionInfo.read(self.run_dir.connection)
+        self._client = ControlClient(zmq.Context.instance(), self._info.control_url,
+                                     self._info.key_bytes)
+        return self._client
+
+    def _raise_ended(self, state: JobState) -> None:
+        if state == JobState.FAILED:
+            raise JobFailed(f"job {self.id} failed: {self.error}",
+                            rank=self.error.rank if self.error else None)
+        raise InvalidState(f"job {self.id} is {state.value}")
+
+    def _request(self, type_: str, content: dict[str, Any] | None = None,
+                 command: bool = False) -> dict[str, Any]:
+        state = self.state
+        if state.terminal:
+            self._raise_ended(state)
+        client = self._connect()
+        kw = {"timeout_s": COMMAND_TIMEOUT_S, "retries": COMMAND_RETRIES} if command else {}
+        try:
+            return client.request(type_, content, **kw)  # type: ignore[arg-type]
+        except HpiTimeout:
+            state = self.state
+            if state.terminal:
+                self._raise_ended(state)
+            raise
+
+    def set(self, values: dict[str, Any] | None = None, /, *, source: str = "api",
+            **kwargs: Any) -> Ack:
+        """Change hyper-parameters on every rank at one step; invalid input raises and
+        nothing is applied. ``job.set(lr=0.01)`` or ``job.set({"lr": 0.01})``."""
+        changes = {**(values or {}), **kwargs}
+        r = self._request("set", {"values": changes, "source": source}, command=True)
+        return Ack(r["change_id"], int(r["applied_at_step"]), dict(r.get("values", {})))
+
+    def _command(self, op: str, source: str) -> Ack:
+        r = self._request(op, {"source": source}, command=True)
+        return Ack(r["change_id"], int(r["applied_at_step"]), {}, r.get("state"))
+
+    def pause(self, source: str = "api") -> Ack:
+        """Hold every rank at the same step boundary."""
+        return self._command("pause", source)
+
+    def resume(self, source: str = "api") -> Ack:
+        return self._command("resume", source)
+
+    def stop(self, source: str = "api") -> Ack:
+        """End every rank's training loop at the same step; the script then finishes."""
+        return self._command("stop", source)
+
+    def status(self) -> dict[str, Any]:
+        """Live status (state, step, epoch, hparams, specs, latest metrics), or the last one
+        recorded in the run directory once the job has ended."""
+        if self.state.terminal or not self.run_dir.connection.exists():
+            return {**self._status_file(), "state": self.state.value}
+        return self._request("status")
+
+    def get(self) -> dict[str, Any]:
+        """The effective hyper-parameters (the same on every rank)."""
+        return dict(self.status().get("hparams", {}))
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return self.get()
+
+    @property
+    def specs(self) -> dict[str, HParam]:
+        return {n: HParam.from_wire(s) for n, s in self.status().get("specs", {}).items()}
+
+    # ---- history -----------------------------------------------------------------------------
+    def metrics(self) -> pd.DataFrame:
+        """Every step's metrics so far, one row per step (read from the job's log)."""
+        return history.metrics_frame(self.run_dir)
+
+    def events(self) -> pd.DataFrame:
+        """The change log: every change with its source, status and step, and state changes."""
+        return history.events_frame(self.run_dir)
+
+    def applied_steps(self, change_id: str) -> dict[int, int]:
+        """{rank: step} at which each rank applied a change (the same step on all ranks)."""
+        return {rank: row["step"] for rank, rows in history.rank_applies(self.run_dir).items()
+                for row in rows if row["id"] == change_id}
+
+    def logs(self, rank: int | None = None) -> str:
+        """Combined output of all ranks (rank None), or one rank's stdout and stderr."""
+        if rank is None:
+            p = self.run_dir.supervisor_log
+            return p.read_text(errors="replace") if p.exists() else ""
+        parts = []
+        for name in ("stdout.log", "stderr.log"):
+            for p in sorted(self.run_dir.logs_dir.glob(f"torchrun/**/attempt_*/{rank}/{name}")):
+                parts.append(p.read_text(errors="replace"))
+        return "".join(parts)
+
+    def stream(self, idle_s: float = 0.5, since: int = 0) -> Iterator[dict[str, Any]]:
+        """Every metric and event record once, in order: history first, then live ones, until
+        the job ends. Records have a ``seq``; metrics a ``step``, events a ``kind``."""
+        last = since
+        while not self.run_dir.connection.exists() and not self.state.terminal:
+            time.sleep(0.05)
+        if self.run_dir.connection.exists():
+            try:
+                self._connect()
+            except (InvalidState, JobFailed):
+                pass
+        if self._client is not None and self._info is not None:
+            client = self._client
+            sub = Subscriber(zmq.Context.instance(), self._info.pub_url, self._info.key_bytes)
+
+            def fetch(after: int) -> tuple[list[dict[str, Any]], bool]:
+                if self.state.terminal:
+                    return history.local_page(self.run_dir, after)
+                try:
+                    r = client.request("history", {"since": after}, timeout_s=3.0, retries=0)
+                except HpiTimeout:
+                    return history.local_page(self.run_dir, after)
+                return list(r["records"]), bool(r["more"])
+
+            catch = CatchUp(sub, fetch, since)
+            try:
+                while True:
+                    yield from catch(idle_s)
+                    if self.state.terminal:
+                        break
+            finally:
+                sub.close()
+            last = catch.last_seq
+        records, _ = history.local_page(self.run_dir, last)  # what came after the socket closed
+        yield from records
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

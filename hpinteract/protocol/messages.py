@@ -1,0 +1,66 @@
+"""Message and header types of the control and metrics protocol.
+
+Runs in: every process. A message is a header (id, type, session, time, protocol version,
+optional request id) and a JSON content dict; `codec` turns it into signed frames.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = "1.0"
+
+# Requests a client may send to the coordinator's ROUTER socket.
+REQUEST_TYPES = frozenset(
+    {"hello", "get", "set", "pause", "resume", "stop", "status", "history"}
+)
+REPLY = "reply"
+# Topics on the PUB socket; SUB sockets filter on them.
+TOPIC_METRIC = b"metric"
+TOPIC_EVENT = b"event"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Header:
+    msg_id: str
+    type: str
+    session: str
+    time: float
+    version: str = PROTOCOL_VERSION
+    req_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "msg_id": self.msg_id,
+            "type": self.type,
+            "session": self.session,
+            "time": self.time,
+            "version": self.version,
+        }
+        if self.req_id is not None:
+            d["req_id"] = self.req_id
+        return d
+
+
+@dataclass(frozen=True)
+class Message:
+    header: Header
+    content: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def type(self) -> str:
+        return self.header.type
+
+
+def make_message(
+    type_: str, content: dict[str, Any], *, session: str, req_id: str | None = None
+) -> Message:
+    """A fresh message: every call gets a new id, so a resend is never a replay."""
+    return Message(Header(new_id(), type_, session, time.time(), req_id=req_id), content)

@@ -1,0 +1,310 @@
+"""Rank 0's coordinator: the job's control endpoint, metrics publisher and run log writer.
+
+Runs in: a daemon thread of rank 0. It owns every socket of the job (ROUTER for control,
+PUB for metrics and events) and the append-only logs. The training thread never blocks on
+it: metrics go into a queue that this thread drains, logs and publishes; commands are
+validated here and queued for the next step boundary, where the training thread hands them
+to every rank with one collective and posts back the step at which they took effect. Only
+then does the client get its acknowledgement.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from ..protocol.connection import ConnectionInfo, new_key
+from ..protocol.errors import AuthError, HpiError, InvalidCommand, InvalidState, ProtocolError
+from ..protocol.messages import TOPIC_EVENT, TOPIC_METRIC, Message, new_id
+from ..protocol.rundir import RunDir, atomic_write_json
+from ..protocol.states import ALLOWED, JobState
+from ..transport.control import ControlServer
+from ..transport.pubsub import Publisher
+from .runlog import RunLog, merge_pages
+
+log = logging.getLogger(__name__)
+
+Validate = Callable[[dict[str, Any]], dict[str, Any]]
+HISTORY_PAGE = 20_000
+
+
+@dataclass
+class Command:
+    """A validated command waiting for the next step boundary."""
+
+    op: str  # set | pause | resume | stop
+    id: str
+    source: str
+    values: dict[str, Any] = field(default_factory=dict)
+    req_id: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"op": self.op, "id": self.id, "source": self.source, "values": self.values}
+
+
+class Coordinator:
+    def __init__(
+        self, run_dir: RunDir, *, validate: Validate, world_size: int, ip: str = "127.0.0.1"
+    ) -> None:
+        self.run_dir = run_dir
+        self._validate = validate
+        self._ip = ip
+        self.world_size = world_size
+        self.pending: deque[Command] = deque()  # popped by the training thread
+        self.command_ready = threading.Event()  # lets a paused loop wake at once
+        self._outbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="hpi-coordinator", daemon=True)
+        self._startup_error: BaseException | None = None
+        # The views below are owned by the coordinator thread.
+        self._state = JobState.STARTING
+        self._intended = JobState.STARTING  # the state once queued commands have applied
+        self._status: dict[str, Any] = {"step": 0, "epoch": 0, "hparams": {}, "specs": {}}
+        self._latest: dict[str, Any] = {}
+        self._seq = 0
+        self._waiting: dict[str, tuple[list[bytes], Message]] = {}  # req_id -> requester
+        self._done: OrderedDict[str, dict[str, Any]] = OrderedDict()  # req_id -> reply
+        self._last_state_write = 0.0
+        self.info: ConnectionInfo | None = None
+
+    # ---- called from the training thread -------------------------------------------------
+    def start(self) -> ConnectionInfo:
+        self._thread.start()
+        self._ready.wait(30)
+        if self._startup_error is not None or self.info is None:
+            raise RuntimeError(f"coordinator failed to start: {self._startup_error}")
+        return self.info
+
+    def post(self, *item: Any, wake: bool = True) -> None:
+        self._outbox.put(item)
+        if wake:
+            os.write(self._wake_w, b"x")
+
+    def take_pending(self) -> list[Command]:
+        out = []
+        while self.pending:
+            out.append(self.pending.popleft())
+        self.command_ready.clear()
+        if self.pending:  # raced with a new command: keep the flag up
+            self.command_ready.set()
+        return out
+
+    def close(self, state: JobState, error: dict[str, Any] | None = None) -> None:
+        self.post("close", state, error)
+        self._thread.join(10)
+
+    # ---- the coordinator thread -------------------------------------------------------------
+    def _main(self) -> None:
+        try:
+            ctx = zmq.Context.instance()
+            key = new_key()
+            self._server = ControlServer(ctx, key.encode(), self._ip)
+            self._pub = Publisher(ctx, key.encode(), self._ip)
+            self._metrics = RunLog(self.run_dir.metrics_log)
+            self._events = RunLog(self.run_dir.events_log)
+            self._seq = max(self._metrics.last_seq, self._events.last_seq)
+            self.info = ConnectionInfo(
+                job_id=self.run_dir.job_id, ip=self._ip, control_port=self._server.port,
+                pub_port=self._pub.port, key=key, pid=os.getpid(),
+            )
+            self.info.write(self.run_dir.connection)
+        except BaseException as exc:  # reported to the training thread by start()
+            self._startup_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        poller = zmq.Poller()
+        poller.register(self._server.socket, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        running = True
+        while running:
+            ready = dict(poller.poll(100))
+            if self._wake_r in ready:
+                os.read(self._wake_r, 65536)
+            if self._server.socket in ready:
+                for _ in range(1000):  # bounded, so the outbox is never starved
+                    if not self._server.socket.poll(0):
+                        break
+                    self._serve_one()
+            running = self._drain()
+            self._metrics.flush()
+            self._events.flush()
+            if time.monotonic() - self._last_state_write > 2.0:
+                self._write_state()
+        self._shutdown()
+
+    def _drain(self) -> bool:
+        while True:
+            try:
+                item = self._outbox.get_nowait()
+            except queue.Empty:
+                return True
+            kind = item[0]
+            if kind == "metric":
+                self._on_metric(item[1])
+            elif kind == "applied":
+                self._on_applied(item[1], item[2])
+            elif kind == "status":
+                self._status.update(item[1])
+                self._write_state()
+            elif kind == "state":
+                self._set_state(item[1], item[2], item[3])
+            elif kind == "event":
+                self._record_event(item[1])
+            elif kind == "close":
+                self._final = (item[1], item[2])
+                return False
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _on_metric(self, record: dict[str, Any]) -> None:
+        # Tensors were detached on the training thread; reading them here keeps any device
+        # sync off the training loop.
+        rec = {"seq": self._next_seq()}
+        for k, v in record.items():
+            rec[k] = v if isinstance(v, int | float | str | bool) or v is None else float(v)
+        self._metrics.append(rec)
+        self._pub.publish(TOPIC_METRIC, rec)
+        self._latest = rec
+        self._status["step"] = rec.get("step", 0) + 1
+        self._status["epoch"] = rec.get("epoch", 0)
+
+    def _record_event(self, event: dict[str, Any]) -> None:
+        rec = {"seq": self._next_seq(), "time": time.time(), **event}
+        self._events.append(rec)
+        self._pub.publish(TOPIC_EVENT, rec)
+
+    def _set_state(self, state: JobState, step: int, source: str) -> None:
+        if state == self._state:
+            return
+        self._state = state
+        if not self.pending:
+            self._intended = state
+        self._record_event({"kind": "state", "state": state.value, "step": step, "source": source})
+        self._write_state()
+
+    def _write_state(self, error: dict[str, Any] | None = None) -> None:
+        self._last_state_write = time.monotonic()
+        atomic_write_json(self.run_dir.state_file, {
+            "job_id": self.run_dir.job_id, "state": self._state.value, "pid": os.getpid(),
+            "world_size": self.world_size, "updated": time.time(), "error": error,
+            "latest": self._latest, **self._status,
+        })
+
+    def _on_applied(self, cmd: Command, step: int) -> None:
+        reply: dict[str, Any] = {"ok": True, "change_id": cmd.id, "applied_at_step": step}
+        if cmd.op == "set":
+            reply["values"] = cmd.values
+            self._record_event({
+                "kind": "change", "id": cmd.id, "source": cmd.source, "values": cmd.values,
+                "status": "applied", "applied_at_step": step,
+            })
+        else:
+            reply["state"] = cmd.op
+        self._finish_request(cmd.req_id, reply)
+
+    def _finish_request(self, req_id: str | None, reply: dict[str, Any]) -> None:
+        if req_id is None:
+            return
+        waiting = self._waiting.pop(req_id, None)
+        self._done[req_id] = reply
+        while len(self._done) > 1000:
+            self._done.popitem(last=False)
+        if waiting is not None:
+            self._server.reply(waiting[0], waiting[1], reply)
+
+    # ---- requests ---------------------------------------------------------------------------
+    def _serve_one(self) -> None:
+        try:
+            identity, msg = self._server.recv()
+        except (AuthError, ProtocolError) as exc:
+            log.warning("rejected a control message: %s", exc)
+            self._record_event({"kind": "security", "status": "rejected", "reason": str(exc)})
+            identity = getattr(exc, "identity", None)
+            if identity:
+                self._server.reply(identity, None, {"ok": False, "error": exc.to_wire()})
+            return
+        req_id = msg.header.req_id
+        if req_id is not None and req_id in self._done:  # a retry of an answered request
+            self._server.reply(identity, msg, self._done[req_id])
+            return
+        if req_id is not None and req_id in self._waiting:  # a retry of a queued request
+            self._waiting[req_id] = (identity, msg)
+            return
+        try:
+            reply = self._handle(identity, msg)
+        except HpiError as exc:
+            if msg.type == "set":
+                self._record_event({
+                    "kind": "change", "id": new_id(), "source": _source(msg),
+                    "values": msg.content.get("values"), "status": "rejected",
+                    "error": exc.message, "field": exc.field,
+                })
+            reply = {"ok": False, "error": exc.to_wire()}
+        if reply is not None:
+            self._server.reply(identity, msg, reply)
+
+    def _handle(self, identity: list[bytes], msg: Message) -> dict[str, Any] | None:
+        t = msg.type
+        if t in ("hello", "get", "status"):
+            return {"ok": True, "job_id": self.run_dir.job_id, "state": self._state.value,
+                    "world_size": self.world_size, "latest": self._latest, **self._status}
+        if t == "history":
+            since = int(msg.content.get("since", 0))
+            limit = max(1, min(int(msg.content.get("limit", HISTORY_PAGE)), HISTORY_PAGE))
+            records, more = merge_pages([self._metrics, self._events], since, limit)
+            return {"ok": True, "records": records, "more": more, "head": self._seq}
+        if t not in ALLOWED:
+            raise InvalidCommand(f"unknown request type {t!r}")
+        if self._intended not in ALLOWED[t]:
+            raise InvalidState(f"cannot {t} a job that is {self._intended.value}")
+        values: dict[str, Any] = {}
+        if t == "set":
+            raw = msg.content.get("values")
+            if not isinstance(raw, dict):
+                raise InvalidCommand("set needs a 'values' object")
+            values = self._validate(raw)
+        cmd = Command(t, new_id(), _source(msg), values, msg.header.req_id)
+        self._intended = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
+                          "stop": JobState.STOPPING}.get(t, self._intended)
+        if cmd.req_id is not None:
+            self._waiting[cmd.req_id] = (identity, msg)
+        self.pending.append(cmd)
+        self.command_ready.set()
+        return None  # answered once applied, with the step
+
+    def _shutdown(self) -> None:
+        state, error = self._final
+        for cmd in list(self.pending):
+            self._finish_request(cmd.req_id, {"ok": False, "error": InvalidState(
+                f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
+        self.pending.clear()
+        self._set_state(state, self._status.get("step", 0), "job")
+        self._write_state(error)
+        self._metrics.close()
+        self._events.close()
+        try:
+            os.unlink(self.run_dir.connection)
+        except FileNotFoundError:
+            pass
+        self._server.close()
+        self._pub.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _source(msg: Message) -> str:
+    src = msg.content.get("source", "api")
+    return str(src)[:64] if src else "api"

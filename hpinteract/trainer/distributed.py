@@ -1,0 +1,69 @@
+"""Process-group set-up for scripts that have, or have not, initialised torch.distributed.
+
+Runs in: every rank. torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR...) is used as
+is; a script run with plain ``python`` becomes a one-rank job. NCCL is chosen when CUDA is
+present (one GPU per rank, by LOCAL_RANK), gloo otherwise; ``backend`` overrides. The
+control collectives always use their own gloo group, whatever the training backend.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Topology:
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+    created_group: bool  # we initialised the default group, so we destroy it at the end
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def default_backend() -> str:
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
+
+
+def ensure_process_group(backend: str | None = None) -> Topology:
+    created = False
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        chosen = backend or os.environ.get("HPINTERACT_BACKEND") or default_backend()
+        if chosen == "nccl":
+            torch.cuda.set_device(local_rank)
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            dist.init_process_group(chosen)
+        else:  # plain `python train.py`: a job of one rank
+            dist.init_process_group(
+                chosen, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+            )
+        created = True
+    used = str(dist.get_backend())
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if "nccl" in used and torch.cuda.is_available()
+        else torch.device("cpu")
+    )
+    return Topology(
+        rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
+        backend=used, device=device, created_group=created,
+    )
+
+
+def control_group() -> Any:
+    """A gloo group for the step-boundary word: CPU tensors, never the CUDA stream."""
+    return dist.new_group(backend="gloo")

@@ -1,0 +1,77 @@
+"""The one place where hyper-parameters take effect on the optimizer and scheduler.
+
+Runs in: every rank's training thread, at a step boundary (never inside a step).
+Following nanoGPT's rule of one obvious place: lr, momentum and weight_decay become param
+group values here; the loader reads batch_size itself when it starts its next batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol.errors import ConfigError
+
+OPTIMIZER_HPARAMS = ("lr", "momentum", "weight_decay")
+
+
+class OptimizerBinding:
+    """Binds lr/momentum/weight_decay to an optimizer's param groups.
+
+    Group-relative settings survive a change: a group whose lr was 0.1x the first group's
+    stays 0.1x, and groups created without weight decay (biases, norms) keep none.
+    """
+
+    def __init__(self, optimizer: Any, scheduler: Any | None = None) -> None:
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        groups = optimizer.param_groups
+        if not groups:
+            raise ConfigError("the optimizer has no param groups")
+        base = groups[0]
+        self._lr_ratio = [g["lr"] / base["lr"] if base["lr"] else 1.0 for g in groups]
+        self._decays = [bool(g.get("weight_decay", 0.0)) or i == 0 for i, g in enumerate(groups)]
+        self.momentum_key = (
+            "momentum" if "momentum" in base else "betas" if "betas" in base else None
+        )
+
+    def supported(self) -> list[str]:
+        names = ["lr"]
+        if self.momentum_key is not None:
+            names.append("momentum")
+        if "weight_decay" in self.optimizer.param_groups[0]:
+            names.append("weight_decay")
+        return names
+
+    def read(self) -> dict[str, Any]:
+        g = self.optimizer.param_groups[0]
+        out: dict[str, Any] = {"lr": float(g["lr"])}
+        if self.momentum_key == "momentum":
+            out["momentum"] = float(g["momentum"])
+        elif self.momentum_key == "betas":
+            out["momentum"] = float(g["betas"][0])
+        if "weight_decay" in g:
+            out["weight_decay"] = float(g["weight_decay"])
+        return out
+
+    def apply(self, changed: dict[str, Any]) -> None:
+        groups = self.optimizer.param_groups
+        if "lr" in changed:
+            lr = float(changed["lr"])
+            for g, ratio in zip(groups, self._lr_ratio, strict=True):
+                g["lr"] = lr * ratio
+            # A scheduler recomputes lr from base_lrs: move those too, or it undoes the change.
+            if self.scheduler is not None and hasattr(self.scheduler, "base_lrs"):
+                self.scheduler.base_lrs = [lr * r for r in self._lr_ratio]
+        if "momentum" in changed and self.momentum_key is not None:
+            m = float(changed["momentum"])
+            for g in groups:
+                if self.momentum_key == "momentum":
+                    g["momentum"] = m
+                else:
+                    g["betas"] = (m, *tuple(g["betas"])[1:])
+        if "weight_decay" in changed:
+            wd = float(changed["weight_decay"])
+            for g, decays in zip(groups, self._decays, strict=True):
+                if decays:
+                    g["weight_decay"] = wd
+

@@ -1,0 +1,121 @@
+"""A data loader whose global batch is a live hyper-parameter.
+
+Runs in: every rank's training thread (plus the DataLoader's own worker processes).
+Semantics: one permutation per epoch, seeded by (seed, epoch) and so the same on every
+rank; each step takes the next ``batch_size`` samples of it and gives rank r its slice of
+``batch_size / world_size``. When batch_size changes mid-epoch the loader continues the
+same permutation from the first sample not yet taken: no sample repeats and none is
+skipped. Prefetched batches of the old size are discarded, never consumed, because the
+underlying DataLoader iterator is rebuilt at the position actually reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sized
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+from ..protocol.errors import ConfigError
+
+if TYPE_CHECKING:
+    from .run import Run
+
+_REJECTED = ("batch_size", "sampler", "batch_sampler")
+
+
+class _Slices(Sampler[list[int]]):
+    """Batches of this rank's indices: perm[start + k*B + r*b : ... + b] for k = 0, 1, ..."""
+
+    def __init__(
+        self, perm: torch.Tensor, start: int, global_batch: int, rank: int, world: int,
+        drop_last: bool,
+    ) -> None:
+        self.perm, self.start, self.B = perm, start, global_batch
+        self.rank, self.world, self.drop_last = rank, world, drop_last
+
+    def __iter__(self) -> Iterator[list[int]]:
+        n = len(self.perm)
+        for s in range(self.start, n, self.B):
+            take = min(self.B, n - s)
+            if take < self.B and self.drop_last:
+                return
+            b = take // self.world  # equal shares, so no rank waits in a collective alone
+            if b == 0:
+                return
+            lo = s + self.rank * b
+            yield self.perm[lo : lo + b].tolist()
+
+    def __len__(self) -> int:
+        return steps_in(len(self.perm) - self.start, self.B, self.world, self.drop_last)
+
+
+def steps_in(remaining: int, global_batch: int, world: int, drop_last: bool) -> int:
+    full, rest = divmod(max(remaining, 0), global_batch)
+    return full + (1 if rest // world and not drop_last else 0)
+
+
+class HpLoader:
+    """Iterate it once per epoch, inside ``for epoch in run.epochs(n)``."""
+
+    def __init__(
+        self, run: Run, dataset: Any, *, shuffle: bool = True, seed: int = 0,
+        drop_last: bool = False, **options: Any,
+    ) -> None:
+        for bad in _REJECTED:
+            if bad in options:
+                raise ConfigError(
+                    f"run.dataloader() takes no {bad!r}: the batch comes from the batch_size "
+                    "hyper-parameter (declare it in hpi.init(hparams=...))"
+                )
+        if isinstance(dataset, IterableDataset) or not isinstance(dataset, Sized):
+            raise ConfigError("run.dataloader() needs a map-style dataset with __len__")
+        self.run, self.dataset = run, dataset
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.options = options
+        self.position = 0  # samples of the current epoch's permutation already taken
+        self.epoch = -1
+
+    def __len__(self) -> int:
+        """Steps left in this epoch at the current batch size (a full epoch if none started)."""
+        start = self.position if self.epoch == self.run.epoch else 0
+        return steps_in(len(self.dataset) - start, self._batch(), self.run.world_size,
+                        self.drop_last)
+
+    def _batch(self) -> int:
+        return int(self.run.hp["batch_size"])
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        n = len(self.dataset)
+        if not self.shuffle:
+            return torch.arange(n)
+        g = torch.Generator()
+        g.manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(n, generator=g)
+
+    def __iter__(self) -> Iterator[Any]:
+        run = self.run
+        if self.epoch != run.epoch:
+            self.epoch, self.position = run.epoch, 0
+        perm = self.permutation(self.epoch)
+        n = len(perm)
+        version = -1
+        it: Iterator[Any] | None = None
+        while self.position < n and not run.should_stop:
+            if it is None or run.store.versions.get("batch_size", 0) != version:
+                version = run.store.versions.get("batch_size", 0)
+                B = self._batch()
+                sampler = _Slices(perm, self.position, B, run.rank, run.world_size,
+                                  self.drop_last)
+                if len(sampler) == 0:
+                    break
+                it = iter(DataLoader(self.dataset, batch_sampler=sampler, **self.options))
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            self.position = min(n, self.position + B)
+            run._batch_started()
+            yield batch
+        self.position = n  # the epoch is over (or stopped): the next iteration starts anew

@@ -1,0 +1,270 @@
+"""``hpi.init`` and ``Run``: the training script's handle on hpinteract.
+
+Runs in: every rank's training thread. Rank 0 also starts the coordinator thread. The hot
+path is ``Run.step``: on rank 0 it puts one dict on a queue; on every rank it decrements a
+counter, and only at a sync point joins the one small collective of `sync`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+import torch
+
+from ..protocol.errors import ConfigError, InvalidHParam
+from ..protocol.hparams import BUILTINS, HParam, build_specs
+from ..protocol.rundir import RunDir, read_json
+from ..protocol.states import JobState
+from .coordinator import Command, Coordinator
+from .distributed import Topology, control_group, ensure_process_group
+from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
+from .loader import HpLoader
+from .store import HParamStore, divisible_batch
+from .sync import StepSync
+
+log = logging.getLogger(__name__)
+
+
+def init(
+    hparams: Mapping[str, Any] | None = None,
+    specs: Mapping[str, HParam] | None = None,
+    *,
+    backend: str | None = None,
+    sync_every: int | None = None,
+    sync_budget: float = 0.01,
+    ip: str = "127.0.0.1",
+) -> Run:
+    """Join (or create) the process group and start the job's control plane.
+
+    ``hparams`` are the script's defaults; values given to ``hpi.launch(hparams=...)``
+    override them. ``sync_every`` fixes the distance in steps between control sync points
+    (default: chosen so control costs at most ``sync_budget`` of training time).
+    """
+    topo = ensure_process_group(backend)
+    group = control_group()
+    sync = StepSync(group, topo.rank, budget=sync_budget, every=sync_every)
+    # The first exchange tells every rank where the run directory is.
+    run_dir = None
+    if topo.rank == 0:
+        env_dir = os.environ.get("HPINTERACT_RUN_DIR")
+        run_dir = RunDir(env_dir) if env_dir else RunDir.create()
+    first = sync.exchange([{"op": "init", "run_dir": str(run_dir.path)}] if run_dir else None)
+    run_dir = RunDir(first[0]["run_dir"])
+    job = read_json(run_dir.job_file) or {}
+    return Run(topo, group, sync, run_dir, dict(hparams or {}), dict(specs or {}),
+               job.get("hparams") or {}, ip)
+
+
+class Run:
+    """What a training script uses: ``hp``, ``watch``, ``dataloader``, ``epochs``, ``step``."""
+
+    def __init__(
+        self, topo: Topology, group: Any, sync: StepSync, run_dir: RunDir,
+        hparams: dict[str, Any], specs: dict[str, HParam], overrides: dict[str, Any], ip: str,
+    ) -> None:
+        self.topology = topo
+        self.rank, self.world_size, self.device = topo.rank, topo.world_size, topo.device
+        self.run_dir = run_dir
+        self._group, self._sync = group, sync
+        declared = set(hparams) | set(specs)
+        for name in overrides:
+            if name not in declared and name not in BUILTINS:
+                raise InvalidHParam(
+                    f"launch override {name!r} is not a hyper-parameter of this script "
+                    f"(declared: {', '.join(sorted(declared)) or 'none'})", field=name)
+        self._explicit = declared | set(overrides)
+        self.store = HParamStore(build_specs({**hparams, **overrides}, specs))
+        self.store.add_constraint(divisible_batch(self.world_size))
+        if "batch_size" in self.store.view:
+            self.store.validate({"batch_size": self.store.view["batch_size"]})
+        self.hp: Mapping[str, Any] = self.store.view
+        self.epoch = 0
+        self.step_index = 0  # index of the next optimizer step
+        self.total_epochs: int | None = None
+        self.should_stop = False
+        self.paused = False
+        self.model: Any = None
+        self.optimizer: Any = None
+        self._binding: OptimizerBinding | None = None
+        self._loader: HpLoader | None = None
+        self._finished = False
+        self._last_t = time.perf_counter()
+        self._batch_t = self._last_t
+        self._rank_log: IO[str] = open(run_dir.rank_log(self.rank), "a", buffering=1)  # noqa: SIM115
+        self._coord: Coordinator | None = None
+        self._in_flight: dict[str, Command] = {}
+        if self.rank == 0:
+            self._coord = Coordinator(run_dir, validate=self.store.validate,
+                                      world_size=self.world_size, ip=ip)
+            self._coord.start()
+            self._post_status()
+        self._prev_hook = sys.excepthook
+        sys.excepthook = self._excepthook
+        atexit.register(self.finish)
+
+    # ---- set-up ---------------------------------------------------------------------------
+    def watch(self, model: Any, optimizer: Any, scheduler: Any | None = None) -> Any:
+        """Bind lr/momentum/weight_decay to the optimizer's param groups; returns ``model``.
+
+        A value given to init or launch is pushed into the optimizer; one the script did not
+        declare is read from it, so the optimizer's constructor arguments stay the default.
+        """
+        binding = OptimizerBinding(optimizer, scheduler)
+        supported = binding.supported()
+        for name in OPTIMIZER_HPARAMS:
+            if name in self._explicit and name not in supported:
+                raise ConfigError(f"{type(optimizer).__name__} has no {name!r} to bind")
+        current = binding.read()
+        for name in supported:
+            if name not in self.store.specs:
+                self.store.declare(name, BUILTINS[name].with_default(current[name], name))
+        binding.apply({n: self.store.view[n] for n in supported if n in self._explicit})
+        self.store.add_effect(binding.apply)
+        self._binding, self.model, self.optimizer = binding, model, optimizer
+        self._post_status()
+        return model
+
+    def dataloader(self, dataset: Any, **options: Any) -> HpLoader:
+        """A loader of ``batch_size / world_size`` samples per rank and step (see loader)."""
+        if "batch_size" not in self.store.specs:
+            raise ConfigError("declare batch_size (the global batch) in hpi.init(hparams=...)")
+        self._loader = HpLoader(self, dataset, **options)
+        return self._loader
+
+    def epochs(self, n: int) -> Iterator[int]:
+        """Epoch indices 0..n-1; ends early, on every rank at once, when the job is stopped."""
+        self.total_epochs = n
+        self._post_status()
+        for e in range(self.epoch, n):
+            if self.should_stop:
+                return
+            self.epoch = e
+            yield e
+
+    # ---- the hot path -------------------------------------------------------------------------
+    def _batch_started(self) -> None:
+        self._batch_t = time.perf_counter()
+
+    def step(self, loss: Any = None, **metrics: Any) -> None:
+        """Call once after each optimizer step: publishes metrics, applies pending changes,
+        holds while paused and marks the loop to end when stopped."""
+        now = time.perf_counter()
+        dt = now - self._last_t
+        self._last_t = now
+        if self._coord is not None:
+            rec: dict[str, Any] = {"step": self.step_index, "epoch": self.epoch,
+                                   "time": time.time()}
+            if loss is not None:
+                rec["loss"] = _scalar("loss", loss)
+            for k, v in metrics.items():
+                rec[k] = _scalar(k, v)
+            if self._binding is not None:
+                rec["lr"] = self.optimizer.param_groups[0]["lr"]
+            if "batch_size" in self.hp:
+                rec["batch_size"] = self.hp["batch_size"]
+                rec["samples_per_s"] = self.hp["batch_size"] / dt if dt > 0 else None
+            rec["step_time"] = dt
+            rec["data_time"] = max(0.0, self._batch_t - (now - dt))
+            if self._loader is not None and self.total_epochs:
+                frac = self._loader.position / max(1, len(self._loader.dataset))
+                rec["progress"] = min(1.0, (self.epoch + frac) / self.total_epochs)
+            self._coord.post("metric", rec, wake=False)
+            self._sync.observe_step(dt)
+            if self.step_index == 0:
+                self._coord.post("state", JobState.RUNNING, 0, "job")
+        self.step_index += 1
+        if self._sync.due():
+            self._sync_now()
+            while self.paused and not self.should_stop:
+                if self._coord is not None:
+                    self._coord.command_ready.wait(0.1)
+                self._sync_now()
+            self._last_t = time.perf_counter()  # a pause is not step time
+
+    # ---- step boundary ---------------------------------------------------------------------
+    def _sync_now(self) -> None:
+        wire = None
+        if self._coord is not None:
+            cmds = self._coord.take_pending()
+            self._in_flight = {c.id: c for c in cmds}
+            wire = [c.to_wire() for c in cmds]
+        for cmd in self._sync.exchange(wire):
+            self._apply(cmd)
+
+    def _apply(self, cmd: dict[str, Any]) -> None:
+        op, step = cmd["op"], self.step_index
+        if op == "set":
+            self.store.apply(cmd["values"], step)
+        elif op == "pause":
+            self.paused = True
+        elif op == "resume":
+            self.paused = False
+        elif op == "stop":
+            self.should_stop, self.paused = True, False
+        self._rank_log.write(json.dumps({"id": cmd["id"], "op": op, "step": step,
+                                         "values": cmd.get("values", {})}) + "\n")
+        if self._coord is not None:
+            self._coord.post("applied", self._in_flight.pop(cmd["id"]), step)
+            state = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
+                     "stop": JobState.STOPPING}.get(op)
+            if state is not None:
+                self._coord.post("state", state, step, cmd.get("source", "api"))
+            else:
+                self._post_status()
+
+    def _post_status(self) -> None:
+        if self._coord is None:
+            return
+        self._coord.post("status", {
+            "hparams": dict(self.store.view),
+            "specs": {n: s.to_wire() for n, s in self.store.specs.items()},
+            "last_changed": dict(self.store.last_changed),
+            "epochs": self.total_epochs,
+        })
+
+    # ---- the end ---------------------------------------------------------------------------
+    def finish(self, state: JobState = JobState.FINISHED, error: dict[str, Any] | None = None
+               ) -> None:
+        """Record the final state and close the control plane (called at exit if not before)."""
+        if self._finished:
+            return
+        self._finished = True
+        atexit.unregister(self.finish)
+        sys.excepthook = self._prev_hook
+        if self._coord is not None:
+            self._post_status()
+            self._coord.close(state, error)
+        self._rank_log.close()
+        if state == JobState.FINISHED:
+            torch.distributed.destroy_process_group(self._group)
+            if self.topology.created_group:
+                torch.distributed.destroy_process_group()
+
+    def _excepthook(self, etype: Any, value: Any, tb: Any) -> None:
+        error = {"rank": self.rank, "type": etype.__name__, "message": str(value),
+                 "traceback": "".join(traceback.format_exception(etype, value, tb))}
+        self.finish(JobState.FAILED, error)
+        self._prev_hook(etype, value, tb)
+
+
+def _scalar(name: str, v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1:
+            raise ConfigError(f"metric {name!r} must be a scalar, got a tensor of shape "
+                              f"{tuple(v.shape)}")
+        return v.detach()  # read on the coordinator thread: no device sync here
+    if isinstance(v, int | float | str | bool) or v is None:
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"metric {name!r} must be a number or a string, got "
+                          f"{type(v).__name__}") from None

@@ -1,0 +1,84 @@
+"""The detached parent of a launched job: runs torchrun and records how the job ended.
+
+Runs in: its own process session, started by ``hpi.launch`` (so the job outlives the
+notebook that launched it). It calls torchrun's own entry point in-process, so the
+elastic agent, rendezvous and per-rank logs are torchrun's, and torchrun's typed
+``ChildFailedError`` tells which rank failed first and why. It then writes the final
+state: the coordinator on rank 0 cannot, when rank 0 is the one that died.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import parse_args
+from torch.distributed.run import run as torchrun
+
+from ..protocol.rundir import RunDir, atomic_write_json, read_json
+from ..protocol.states import JobState
+from .runlog import last_seq
+
+
+def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
+    argv = [
+        "--nproc-per-node", str(job.get("nproc", 1)),
+        "--log-dir", str(run_dir.logs_dir / "torchrun"),
+        "--redirects", "3", "--tee", "3",
+        "--max-restarts", str(job.get("max_restarts", 0)),
+    ]
+    nnodes = job.get("nnodes", 1)
+    if nnodes == 1 and not job.get("rdzv_endpoint"):
+        argv.append("--standalone")
+    else:
+        argv += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", str(job["rdzv_endpoint"]),
+                 "--rdzv-id", str(job.get("rdzv_id", run_dir.job_id))]
+    return [*argv, "-m", "hpinteract.trainer.bootstrap", str(job["script"]),
+            *map(str, job.get("args", []))]
+
+
+def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -> None:
+    prev = read_json(run_dir.state_file) or {}
+    if state == JobState.FINISHED and prev.get("state") == JobState.FINISHED.value:
+        return  # rank 0 already recorded the clean end
+    prev_error = prev.get("error") or {}
+    if error is not None and prev_error.get("rank") == error.get("rank"):
+        error = {**prev_error, **error}  # keep the traceback rank 0 recorded itself
+    seq = 1 + max(last_seq(run_dir.metrics_log), last_seq(run_dir.events_log))
+    with open(run_dir.events_log, "a") as f:
+        f.write(json.dumps({"seq": seq, "time": time.time(), "kind": "state",
+                            "state": state.value, "source": "supervisor", "error": error}) + "\n")
+    atomic_write_json(run_dir.state_file, {**prev, "state": state.value, "error": error,
+                                           "updated": time.time()})
+
+
+def main(run_path: str) -> int:
+    run_dir = RunDir(run_path)
+    job = read_json(run_dir.job_file)
+    if job is None:
+        print(f"no job.json in {run_path}", file=sys.stderr)
+        return 2
+    try:
+        torchrun(parse_args(torchrun_argv(job, run_dir)))
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        message = failure.message
+        if isinstance(message, dict):  # torch's error-file form
+            message = message.get("message", str(message))
+        error = {"rank": rank, "exitcode": failure.exitcode, "message": str(message),
+                 "pid": failure.pid}
+        record_end(run_dir, JobState.FAILED, error)
+        return 1
+    except BaseException as exc:  # rendezvous or launch failure: no rank ever ran
+        record_end(run_dir, JobState.FAILED, {"rank": None, "message": repr(exc)})
+        raise
+    record_end(run_dir, JobState.FINISHED, None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

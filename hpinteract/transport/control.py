@@ -1,0 +1,129 @@
+"""Control channel: the coordinator's ROUTER socket and the clients' DEALER sockets.
+
+Runs in: rank 0's coordinator thread (ControlServer) and any client process
+(ControlClient). Requests carry a request id; the client waits with a timeout and retries a
+bounded number of times on a fresh socket (ZeroMQ's "lazy pirate" pattern). A retry is a new
+message with the same request id, so the server can answer it without acting twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import zmq
+
+from ..protocol.codec import MAX_MESSAGE_BYTES, Codec
+from ..protocol.errors import AuthError, HpiError, HpiTimeout, ProtocolError, error_from_wire
+from ..protocol.messages import REPLY, Message, make_message, new_id
+
+log = logging.getLogger(__name__)
+
+
+def bind_loopback(sock: zmq.Socket[Any], ip: str = "127.0.0.1") -> int:
+    """Bind to a free port on ``ip`` (loopback unless the user asked otherwise)."""
+    port: int = sock.bind_to_random_port(f"tcp://{ip}")
+    return port
+
+
+class ControlServer:
+    """The ROUTER end. ``recv`` returns verified requests; rejected ones are reported."""
+
+    def __init__(self, ctx: zmq.Context[Any], key: bytes, ip: str = "127.0.0.1") -> None:
+        self.codec = Codec(key)
+        self.socket = ctx.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self.socket.setsockopt(zmq.LINGER, 500)
+        self.port = bind_loopback(self.socket, ip)
+        self.session = new_id()
+
+    def recv(self) -> tuple[list[bytes], Message]:
+        """One request. Raises AuthError/ProtocolError (with ``.identity`` set) if rejected."""
+        frames = self.socket.recv_multipart(copy=True)
+        identity = frames[:1]
+        try:
+            _, msg = self.codec.unpack(frames[1:])
+        except (AuthError, ProtocolError) as exc:
+            exc.identity = identity  # type: ignore[attr-defined]
+            raise
+        return identity, msg
+
+    def reply(self, identity: list[bytes], req: Message | None, content: dict[str, Any]) -> None:
+        req_id = req.header.req_id if req is not None else None
+        msg = make_message(REPLY, content, session=self.session, req_id=req_id)
+        self.socket.send_multipart([*identity, *self.codec.pack(msg)])
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class ControlClient:
+    """The DEALER end: ``request`` returns the reply's content or raises the job's error."""
+
+    def __init__(
+        self, ctx: zmq.Context[Any], url: str, key: bytes, *, timeout_s: float = 10.0,
+        retries: int = 3,
+    ) -> None:
+        self._ctx = ctx
+        self._url = url
+        self._key = key
+        self.codec = Codec(key)
+        self.session = new_id()
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._sock: zmq.Socket[Any] | None = None
+
+    def _socket(self) -> zmq.Socket[Any]:
+        if self._sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            sock.connect(self._url)
+            self._sock = sock
+        return self._sock
+
+    def _reset(self) -> None:
+        # A DEALER that timed out may still get the late reply; a fresh socket cannot.
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+
+    def request(
+        self, type_: str, content: dict[str, Any] | None = None, *,
+        timeout_s: float | None = None, retries: int | None = None,
+    ) -> dict[str, Any]:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        attempts = 1 + (self.retries if retries is None else retries)
+        req_id = new_id()
+        for _ in range(attempts):
+            msg = make_message(type_, content or {}, session=self.session, req_id=req_id)
+            sock = self._socket()
+            sock.send_multipart(self.codec.pack(msg))
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                if not sock.poll(int(left * 1000) + 1):
+                    break
+                frames = sock.recv_multipart()
+                try:
+                    _, reply = self.codec.unpack(frames)
+                except HpiError as exc:
+                    log.warning("dropped a reply that failed verification: %s", exc)
+                    continue
+                if reply.header.req_id != req_id:
+                    continue  # a late answer to an earlier request
+                return _result(reply.content)
+            self._reset()
+        raise HpiTimeout(
+            f"no reply to {type_!r} from {self._url} after {attempts} tries of {timeout:g}s"
+        )
+
+    def close(self) -> None:
+        self._reset()
+
+
+def _result(content: dict[str, Any]) -> dict[str, Any]:
+    if content.get("ok", False):
+        return content
+    err = content.get("error")
+    raise error_from_wire(err if isinstance(err, dict) else {"message": str(err)})

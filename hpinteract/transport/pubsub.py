@@ -1,0 +1,112 @@
+"""Metrics and events stream: PUB on rank 0, SUB in clients, with ZeroMQ's clone pattern.
+
+Runs in: rank 0's coordinator thread (Publisher) and client processes (Subscriber,
+CatchUp). Every published record carries a sequence number shared by metrics and events.
+A late joiner subscribes first, then pages the history in over the control channel, and
+drops live records that are not newer than what the history gave it; a gap in the live
+sequence (a slow subscriber's dropped messages) is filled from the history too, so the
+consumer sees every record exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import zmq
+
+from ..protocol.codec import MAX_MESSAGE_BYTES, Codec
+from ..protocol.errors import HpiError
+from ..protocol.messages import TOPIC_EVENT, TOPIC_METRIC, make_message, new_id
+from .control import bind_loopback
+
+log = logging.getLogger(__name__)
+
+Record = dict[str, Any]
+# history(since, limit) -> (records with seq > since in order, more pages waiting)
+FetchHistory = Callable[[int], tuple[list[Record], bool]]
+
+
+class Publisher:
+    def __init__(self, ctx: zmq.Context[Any], key: bytes, ip: str = "127.0.0.1") -> None:
+        self.codec = Codec(key)
+        self.socket = ctx.socket(zmq.PUB)
+        self.socket.setsockopt(zmq.LINGER, 200)
+        self.port = bind_loopback(self.socket, ip)
+        self.session = new_id()
+
+    def publish(self, topic: bytes, record: Record) -> None:
+        msg = make_message(topic.decode(), record, session=self.session)
+        self.socket.send_multipart(self.codec.pack(msg, topic=topic))
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class Subscriber:
+    def __init__(self, ctx: zmq.Context[Any], url: str, key: bytes) -> None:
+        self.codec = Codec(key)
+        self.socket = ctx.socket(zmq.SUB)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        self.socket.setsockopt(zmq.RCVHWM, 100_000)
+        for topic in (TOPIC_METRIC, TOPIC_EVENT):
+            self.socket.setsockopt(zmq.SUBSCRIBE, topic)
+        self.socket.connect(url)
+
+    def recv(self, timeout_s: float) -> Record | None:
+        """The next verified record, or None after ``timeout_s`` without one."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if not self.socket.poll(int(left * 1000) + 1):
+                return None
+            frames = self.socket.recv_multipart()
+            try:
+                _, msg = self.codec.unpack(frames, topic=True)
+            except HpiError as exc:
+                log.warning("dropped a published message that failed verification: %s", exc)
+                continue
+            return msg.content
+        return None
+
+    def close(self) -> None:
+        self.socket.close()
+
+
+class CatchUp:
+    """Every record exactly once, in sequence order: the history first, then live ones."""
+
+    def __init__(self, sub: Subscriber, fetch: FetchHistory, since: int = 0) -> None:
+        self._sub = sub
+        self._fetch = fetch
+        self.last_seq = since
+
+    def _backfill(self) -> Iterator[Record]:
+        more = True
+        while more:
+            records, more = self._fetch(self.last_seq)
+            for rec in records:
+                if rec["seq"] > self.last_seq:
+                    self.last_seq = rec["seq"]
+                    yield rec
+            if not records:
+                break
+
+    def __call__(self, timeout_s: float = 1.0) -> Iterator[Record]:
+        """History not yet seen, then live records until ``timeout_s`` passes without any."""
+        yield from self._backfill()
+        while True:
+            rec = self._sub.recv(timeout_s)
+            if rec is None:
+                return
+            seq = int(rec.get("seq", 0))
+            if seq <= self.last_seq:
+                continue  # already delivered by the history
+            if seq > self.last_seq + 1:
+                yield from self._backfill()  # missed some: the log has them
+                if seq <= self.last_seq:
+                    continue
+            self.last_seq = seq
+            yield rec
