@@ -7,6 +7,7 @@ whether or not anybody is connected, so a restarted kernel re-attaches and loses
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -239,10 +240,8 @@ class Job:
         while not self.run_dir.connection.exists() and not self.state.terminal:
             time.sleep(0.05)
         if self.run_dir.connection.exists():
-            try:
+            with contextlib.suppress(InvalidState, JobFailed):
                 self._connect()
-            except (InvalidState, JobFailed):
-                pass
         if self._client is not None and self._info is not None:
             client = self._client
             sub = Subscriber(zmq.Context.instance(), self._info.pub_url, self._info.key_bytes)

@@ -10,6 +10,7 @@ then does the client get its acknowledgement.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -23,11 +24,11 @@ from typing import Any
 import zmq
 
 from ..protocol.connection import ConnectionInfo, new_key
-from ..protocol.errors import AuthError, HpiError, InvalidCommand, InvalidState, ProtocolError
+from ..protocol.errors import HpiError, InvalidCommand, InvalidState
 from ..protocol.messages import TOPIC_EVENT, TOPIC_METRIC, Message, new_id
 from ..protocol.rundir import RunDir, atomic_write_json
 from ..protocol.states import ALLOWED, JobState
-from ..transport.control import ControlServer
+from ..transport.control import ControlServer, Rejected
 from ..transport.pubsub import Publisher
 from .runlog import RunLog, merge_pages
 
@@ -106,7 +107,7 @@ class Coordinator:
     # ---- the coordinator thread -------------------------------------------------------------
     def _main(self) -> None:
         try:
-            ctx = zmq.Context.instance()
+            ctx: zmq.Context[Any] = zmq.Context.instance()
             key = new_key()
             self._server = ControlServer(ctx, key.encode(), self._ip)
             self._pub = Publisher(ctx, key.encode(), self._ip)
@@ -172,13 +173,13 @@ class Coordinator:
     def _on_metric(self, record: dict[str, Any]) -> None:
         # Tensors were detached on the training thread; reading them here keeps any device
         # sync off the training loop.
-        rec = {"seq": self._next_seq()}
+        rec: dict[str, Any] = {"seq": self._next_seq()}
         for k, v in record.items():
             rec[k] = v if isinstance(v, int | float | str | bool) or v is None else float(v)
         self._metrics.append(rec)
         self._pub.publish(TOPIC_METRIC, rec)
         self._latest = rec
-        self._status["step"] = rec.get("step", 0) + 1
+        self._status["step"] = int(record.get("step", 0)) + 1
         self._status["epoch"] = rec.get("epoch", 0)
 
     def _record_event(self, event: dict[str, Any]) -> None:
@@ -229,12 +230,10 @@ class Coordinator:
     def _serve_one(self) -> None:
         try:
             identity, msg = self._server.recv()
-        except (AuthError, ProtocolError) as exc:
+        except Rejected as exc:
             log.warning("rejected a control message: %s", exc)
             self._record_event({"kind": "security", "status": "rejected", "reason": str(exc)})
-            identity = getattr(exc, "identity", None)
-            if identity:
-                self._server.reply(identity, None, {"ok": False, "error": exc.to_wire()})
+            self._server.reply(exc.identity, None, {"ok": False, "error": exc.error.to_wire()})
             return
         req_id = msg.header.req_id
         if req_id is not None and req_id in self._done:  # a retry of an answered request
@@ -295,10 +294,8 @@ class Coordinator:
         self._write_state(error)
         self._metrics.close()
         self._events.close()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir.connection)
-        except FileNotFoundError:
-            pass
         self._server.close()
         self._pub.close()
         os.close(self._wake_r)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 _REJECTED = ("batch_size", "sampler", "batch_sampler")
 
 
-class _Slices(Sampler[list[int]]):
+class _Slices(Sampler[list[int]]):  # type: ignore[misc]  # torch is untyped for mypy here
     """Batches of this rank's indices: perm[start + k*B + r*b : ... + b] for k = 0, 1, ..."""
 
     def __init__(

@@ -37,8 +37,9 @@ def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
         argv += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", str(job["rdzv_endpoint"]),
                  "--rdzv-id", str(job.get("rdzv_id", run_dir.job_id))]
-    return [*argv, "-m", "hpinteract.trainer.bootstrap", str(job["script"]),
-            *map(str, job.get("args", []))]
+    # The script and its arguments reach the bootstrap through job.json, not argv: torchrun's
+    # parser would take a script option such as --n for an abbreviation of its own options.
+    return [*argv, "-m", "hpinteract.trainer.bootstrap"]
 
 
 def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -> None:

@@ -27,6 +27,15 @@ def bind_loopback(sock: zmq.Socket[Any], ip: str = "127.0.0.1") -> int:
     return port
 
 
+class Rejected(Exception):
+    """A request that failed verification; ``identity`` lets the server answer it."""
+
+    def __init__(self, identity: list[bytes], error: AuthError | ProtocolError) -> None:
+        super().__init__(str(error))
+        self.identity = identity
+        self.error = error
+
+
 class ControlServer:
     """The ROUTER end. ``recv`` returns verified requests; rejected ones are reported."""
 
@@ -39,14 +48,13 @@ class ControlServer:
         self.session = new_id()
 
     def recv(self) -> tuple[list[bytes], Message]:
-        """One request. Raises AuthError/ProtocolError (with ``.identity`` set) if rejected."""
+        """One verified request; raises Rejected for anything unsigned, forged or replayed."""
         frames = self.socket.recv_multipart(copy=True)
         identity = frames[:1]
         try:
             _, msg = self.codec.unpack(frames[1:])
         except (AuthError, ProtocolError) as exc:
-            exc.identity = identity  # type: ignore[attr-defined]
-            raise
+            raise Rejected(identity, exc) from exc
         return identity, msg
 
     def reply(self, identity: list[bytes], req: Message | None, content: dict[str, Any]) -> None:

@@ -1,0 +1,231 @@
+"""End to end against one real 2-rank torchrun job on gloo: changes, validation, pause,
+attach from another process, security. The last test stops the job and checks, from what
+every rank recorded, that each acknowledged change took effect at the acknowledged step."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+import zmq
+
+import hpinteract as hpi
+from hpinteract.protocol.codec import Codec
+from hpinteract.protocol.connection import ConnectionInfo
+from hpinteract.protocol.messages import make_message
+
+from helpers import TOY, trace, wait_for_step
+
+N, BATCH = 2048, 16  # 128 steps per epoch at the start
+ACKS: list[tuple[hpi.Ack, dict]] = []
+
+
+@pytest.fixture(scope="module")
+def job():
+    j = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.004}, args=["--n", str(N)])
+    wait_for_step(j, 5)
+    yield j
+    if not j.state.terminal:
+        j.stop()
+    j.wait(60)
+
+
+def test_set_is_acknowledged_with_a_step_and_reflected_in_hparams(job):
+    ack = job.set(lr=0.02, dropout=0.3)
+    assert ack.values == {"lr": 0.02, "dropout": 0.3}
+    assert ack.applied_at_step > 0
+    assert job.hparams["lr"] == 0.02 and job.hparams["dropout"] == 0.3
+    ACKS.append((ack, {"lr": 0.02, "dropout": 0.3}))
+    assert job.applied_steps(ack.change_id) == {0: ack.applied_at_step, 1: ack.applied_at_step}
+
+
+def test_batch_size_change_mid_epoch_keeps_the_epoch(job):
+    steps_per_epoch = N // job.hparams["batch_size"]
+    while True:  # aim at the first half of an epoch so the change lands mid-epoch
+        step = wait_for_step(job, 0)
+        if steps_per_epoch * 0.15 < step % steps_per_epoch < steps_per_epoch * 0.5:
+            break
+        time.sleep(0.01)
+    ack = job.set(batch_size=32)
+    ACKS.append((ack, {"batch_size": 32}))
+    assert job.hparams["batch_size"] == 32
+    wait_for_step(job, ack.applied_at_step + steps_per_epoch)  # let that epoch finish
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "field", "words"),
+    [
+        ({"lrr": 0.1}, hpi.InvalidHParam, "lrr", "did you mean 'lr'"),
+        ({"lr": "fast"}, hpi.InvalidHParam, "lr", "must be float"),
+        ({"lr": math.nan}, hpi.InvalidHParam, "lr", "not a finite number"),
+        ({"lr": math.inf}, hpi.InvalidHParam, "lr", "not a finite number"),
+        ({"lr": -0.5}, hpi.InvalidHParam, "lr", "below the minimum"),
+        ({"dropout": 0.95}, hpi.InvalidHParam, "dropout", "above the maximum"),
+        ({"mode": "c"}, hpi.InvalidHParam, "mode", "not one of the allowed values"),
+        ({"batch_size": 33}, hpi.InvalidHParam, "batch_size", "cannot be shared by 2 ranks"),
+        ({"batch_size": 0}, hpi.InvalidHParam, "batch_size", "below the minimum"),
+        ({"lr": 0.9, "momentum": 2.0}, hpi.InvalidHParam, "momentum", "above the maximum"),
+        ({}, hpi.InvalidHParam, None, "no hyper-parameter values"),
+    ],
+)
+def test_invalid_input_is_rejected_by_name_and_nothing_applies(job, values, error, field, words):
+    before = job.hparams
+    with pytest.raises(error) as exc:
+        job.set(values)
+    assert exc.value.field == field
+    assert words in str(exc.value)
+    assert job.hparams == before  # in particular lr=0.9 of the last case did not apply
+    events = job.events()
+    assert "rejected" in set(events["status"].dropna())
+
+
+def test_a_command_the_state_does_not_allow_is_rejected(job):
+    with pytest.raises(hpi.InvalidState, match="cannot resume a job that is running"):
+        job.resume()
+
+
+def test_pause_holds_every_rank_and_resume_continues(job):
+    ack = job.pause()
+    assert job.state == hpi.JobState.PAUSED
+    time.sleep(0.3)
+    held = job.status()["latest"]["step"]
+    time.sleep(0.5)
+    assert job.status()["latest"]["step"] == held
+    assert held == ack.applied_at_step - 1  # the last step before the boundary
+    change = job.set(lr=0.03)  # applies at the paused boundary
+    assert change.applied_at_step == ack.applied_at_step
+    ACKS.append((change, {"lr": 0.03}))
+    job.resume()
+    wait_for_step(job, held + 5)
+    assert job.state == hpi.JobState.RUNNING
+
+
+def test_second_process_attaches_mid_run_and_gets_the_complete_history(job):
+    code = (
+        "import json, sys, hpinteract as hpi\n"
+        f"job = hpi.attach({job.id!r})\n"
+        "steps, kinds = [], []\n"
+        "for rec in job.stream():\n"
+        "    if 'step' in rec and 'kind' not in rec: steps.append(rec['step'])\n"
+        "    else: kinds.append(rec['kind'])\n"
+        "    if len(steps) > 10 and steps[-1] >= int(sys.argv[1]): break\n"
+        "print(json.dumps({'steps': steps, 'kinds': kinds}))\n"
+    )
+    target = wait_for_step(job, 0) + 40  # history first, then at least 40 live steps
+    out = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
+                         text=True, timeout=120, check=True)
+    got = json.loads(out.stdout)
+    assert got["steps"] == list(range(len(got["steps"])))  # from step 0, no gap, no repeat
+    assert got["steps"][-1] >= target
+    assert "change" in got["kinds"] and "state" in got["kinds"]
+
+
+def test_metrics_history_is_one_row_per_step(job):
+    df = job.metrics()
+    assert list(df["step"]) == list(range(len(df)))
+    for col in ("loss", "acc", "lr", "batch_size", "samples_per_s", "step_time", "epoch"):
+        assert col in df.columns
+    assert df["loss"].notna().all()
+
+
+def test_events_record_source_status_and_step(job):
+    ack = job.set(lr=0.04, source="notebook-test")
+    ACKS.append((ack, {"lr": 0.04}))
+    ev = job.events()
+    row = ev[ev["id"] == ack.change_id].iloc[0]
+    assert row["source"] == "notebook-test"
+    assert row["status"] == "applied"
+    assert row["applied_at_step"] == ack.applied_at_step
+
+
+def test_connection_file_is_owner_only_and_sockets_listen_on_loopback_only(job):
+    conn = job.run_dir.connection
+    assert stat.S_IMODE(os.stat(conn).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(job.run_dir.path).st_mode) == 0o700
+    info = ConnectionInfo.read(conn)
+    listening = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, st = line.split()[1], line.split()[3]
+                if st == "0A":  # LISTEN
+                    addr, port = local.rsplit(":", 1)
+                    listening.setdefault(int(port, 16), set()).add(addr)
+    for port in (info.control_port, info.pub_port):
+        assert listening.get(port) == {"0100007F"}, (port, listening.get(port))
+
+
+def _raw_request(info: ConnectionInfo, frames: list[bytes]) -> list[bytes]:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(info.control_url)
+    try:
+        sock.send_multipart(frames)
+        assert sock.poll(10_000), "no reply"
+        return sock.recv_multipart()
+    finally:
+        sock.close()
+
+
+def test_forged_and_replayed_messages_are_rejected_and_never_applied(job):
+    info = ConnectionInfo.read(job.run_dir.connection)
+    good = Codec(info.key_bytes)
+    forged = Codec(b"not-the-key-" * 4)
+    before = job.hparams["lr"]
+
+    msg = make_message("set", {"values": {"lr": 0.5}}, session="attacker", req_id="r1")
+    reply = good.unpack(_raw_request(info, forged.pack(msg)))[1].content
+    assert reply["ok"] is False and reply["error"]["type"] == "AuthError"
+
+    unsigned = [b"{}", b'{"values": {"lr": 0.5}}']
+    reply = good.unpack(_raw_request(info, unsigned))[1].content
+    assert reply["error"]["type"] == "AuthError"
+
+    legit = make_message("set", {"values": {"lr": 0.06}, "source": "replay-test"},
+                         session="s", req_id="r2")
+    frames = good.pack(legit)
+    reply = Codec(info.key_bytes).unpack(_raw_request(info, frames))[1].content
+    assert reply["ok"] is True
+    ACKS.append((hpi.Ack(reply["change_id"], reply["applied_at_step"], {}), {"lr": 0.06}))
+    job.set(lr=before)  # so the replay below would be visible if it applied
+    reply = Codec(info.key_bytes).unpack(_raw_request(info, frames))[1].content
+    assert reply["ok"] is False and "replayed" in reply["error"]["message"]
+    assert job.hparams["lr"] == before
+    sec = job.events().query("kind == 'security'")
+    assert len(sec) >= 3
+
+
+def test_stop_ends_every_rank_at_one_step_and_every_change_applied_where_acked(job):
+    ack = job.set(lr=0.011)
+    ACKS.append((ack, {"lr": 0.011}))
+    stop = job.stop()
+    assert job.wait(60) == hpi.JobState.FINISHED
+    t0, t1 = trace(job, 0), trace(job, 1)
+    assert [r["step"] for r in t0] == [r["step"] for r in t1] == list(range(len(t0)))
+    assert len(t0) == stop.applied_at_step  # the loop ended before that step, on both ranks
+    for change, values in ACKS:
+        s = change.applied_at_step
+        for t in (t0, t1):
+            for name, v in values.items():
+                got = {"lr": t[s]["lr"], "batch_size": t[s]["local_batch"] * 2,
+                       "dropout": t[s]["dropout"]}[name]
+                assert got == pytest.approx(v), (name, s)
+                if s > 0:
+                    prev = {"lr": t[s - 1]["lr"], "batch_size": t[s - 1]["local_batch"] * 2,
+                            "dropout": t[s - 1]["dropout"]}[name]
+                    assert prev != pytest.approx(v) or name == "lr", (name, s)
+    # The batch-size change: within its epoch every sample was used exactly once.
+    bs_ack = next(a for a, v in ACKS if "batch_size" in v)
+    epoch = t0[bs_ack.applied_at_step]["epoch"]
+    seen = Counter(i for t in (t0, t1) for r in t if r["epoch"] == epoch for i in r["idx"])
+    sizes = {r["local_batch"] for r in t0 if r["epoch"] == epoch}
+    assert sizes == {8, 16}  # the change really was mid-epoch
+    assert set(seen.values()) == {1}
+    assert len(seen) == N

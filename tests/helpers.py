@@ -1,0 +1,29 @@
+"""Helpers shared by the tests (importable as ``helpers``: pytest puts tests/ on the path)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import hpinteract as hpi
+
+TOY = Path(__file__).parent / "jobs" / "toy.py"
+
+
+def wait_for_step(job: hpi.Job, step: int, timeout: float = 90.0) -> int:
+    """Block until the job has published metrics for ``step`` (returns the latest step)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = job.status()
+        if st.get("state") in ("finished", "failed"):
+            raise AssertionError(f"job ended early: {st.get('state')} {job.error}\n{job.logs()}")
+        latest = st.get("latest") or {}
+        if latest.get("step", -1) >= step:
+            return int(latest["step"])
+        time.sleep(0.05)
+    raise AssertionError(f"job did not reach step {step} in {timeout}s\n{job.logs()}")
+
+
+def trace(job: hpi.Job, rank: int) -> list[dict]:
+    return json.loads((job.run_dir.path / f"trace_{rank}.json").read_text())
