@@ -1,0 +1,61 @@
+"""The dependency direction of DESIGN.md, checked on the source: protocol <- transport <-
+trainer / client <- notebook / server / cli; and the client side never imports torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PKG = Path(__file__).parents[1] / "hpinteract"
+# Which of the package's own layers each layer may import.
+ALLOWED = {
+    "protocol": {"protocol"},
+    "transport": {"protocol", "transport"},
+    "trainer": {"protocol", "transport", "trainer"},
+    "client": {"protocol", "transport", "client"},
+    "policies": {"protocol", "policies"},
+    "notebook": {"protocol", "transport", "client", "policies", "notebook"},
+    "server": {"protocol", "transport", "client", "policies", "server"},
+}
+TORCH_FREE = {"protocol", "transport", "client", "policies", "notebook", "server"}
+
+
+def imports(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, 0) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.module or "", node.level))
+    return out
+
+
+def layer_of(name: str, level: int, here: str) -> str | None:
+    if level == 0:
+        parts = name.split(".")
+        return parts[1] if parts[0] == "hpinteract" and len(parts) > 1 else None
+    if level == 1:
+        return here
+    return name.split(".")[0] if name else None
+
+
+def test_layers_import_only_downwards():
+    bad = []
+    for layer, allowed in ALLOWED.items():
+        for py in (PKG / layer).rglob("*.py") if (PKG / layer).exists() else []:
+            for name, level in imports(py):
+                target = layer_of(name, level, layer)
+                if target is not None and target in ALLOWED and target not in allowed:
+                    bad.append(f"{py.relative_to(PKG)} imports {target}")
+                if layer in TORCH_FREE and level == 0 and name.split(".")[0] == "torch":
+                    bad.append(f"{py.relative_to(PKG)} imports torch")
+    assert not bad, bad
+
+
+def test_importing_the_client_loads_no_torch():
+    code = ("import sys, hpinteract, hpinteract.client, hpinteract.cli\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
