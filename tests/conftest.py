@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import hpinteract as hpi
 
 @pytest.fixture(scope="session", autouse=True)
 def hpi_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -185,6 +185,9 @@ class Coordinator:
     def _record_event(self, event: dict[str, Any]) -> None:
         rec = {"seq": self._next_seq(), "time": time.time(), **event}
         self._events.append(rec)
+        # Events are rare and a client may read the log right after its ack: flush now
+        # (a write, not an fsync). Per-step metrics stay buffered for the loop's flush.
+        self._events.flush()
         self._pub.publish(TOPIC_EVENT, rec)
 
     def _set_state(self, state: JobState, step: int, source: str) -> None:

@@ -212,13 +212,15 @@ class Run:
         self._rank_log.write(json.dumps({"id": cmd["id"], "op": op, "step": step,
                                          "values": cmd.get("values", {})}) + "\n")
         if self._coord is not None:
-            self._coord.post("applied", self._in_flight.pop(cmd["id"]), step)
+            # State and status first: a client that reads them right after its ack must
+            # already see the change.
             state = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
                      "stop": JobState.STOPPING}.get(op)
             if state is not None:
                 self._coord.post("state", state, step, cmd.get("source", "api"))
             else:
                 self._post_status()
+            self._coord.post("applied", self._in_flight.pop(cmd["id"]), step)
 
     def _post_status(self) -> None:
         if self._coord is None:

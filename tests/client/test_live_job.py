@@ -15,13 +15,12 @@ from collections import Counter
 
 import pytest
 import zmq
+from helpers import TOY, trace, wait_for_step
 
 import hpinteract as hpi
 from hpinteract.protocol.codec import Codec
 from hpinteract.protocol.connection import ConnectionInfo
 from hpinteract.protocol.messages import make_message
-
-from helpers import TOY, trace, wait_for_step
 
 N, BATCH = 2048, 16  # 128 steps per epoch at the start
 ACKS: list[tuple[hpi.Ack, dict]] = []
