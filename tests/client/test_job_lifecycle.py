@@ -90,3 +90,16 @@ def test_attach_and_jobs_find_runs_and_report_missing_ones():
     newest = listed[-1].id
     assert hpi.attach("latest").id == newest
     assert hpi.attach(newest[:-1]).id == newest  # a unique prefix is enough
+
+
+def test_a_script_run_with_plain_python_is_a_one_rank_job(hpi_home):
+    env = {**os.environ, "HPINTERACT_HOME": str(hpi_home)}
+    for var in ("HPINTERACT_RUN_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(var, None)
+    subprocess.run([sys.executable, str(TOY), "--epochs", "1", "--n", "64"], env=env,
+                   check=True, timeout=120)
+    job = hpi.attach("latest")
+    assert job.state == hpi.JobState.FINISHED
+    df = job.metrics()
+    assert list(df["step"]) == list(range(64 // 16))
+    assert job.status()["world_size"] == 1
