@@ -7,12 +7,12 @@ interrupted and restarted at any time without losing anything.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import time
+from argparse import ArgumentParser, Namespace
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -25,46 +25,43 @@ from .protocol.states import JobState
 
 # Errors in what the command line named (a value, a job id) exit 2, like argparse's own.
 USAGE_ERRORS = (InvalidHParam, InvalidCommand, JobNotFound, ConfigError)
-LINES_PER_S = 2.0  # `watch` into a pipe or file: a log, not a flood
-REDRAWS_PER_S = 10.0  # `watch` on a terminal: smooth, yet cheap over a slow ssh link
+LINES_PER_S = 2.0  # `watch` into a pipe or a file: a readable log, not a flood
+REDRAWS_PER_S = 10.0  # `watch` on a terminal: smooth, yet light over a slow ssh link
 SHOWN = (("step", "step"), ("epoch", "epoch"), ("loss", "loss"), ("lr", "lr"),
          ("batch_size", "batch"), ("samples_per_s", "samples/s"))
 
 
-# ---- formatting ---------------------------------------------------------------------------
 def fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
     return str(value)
 
 
-def wire(value: Any) -> str:
-    """A value as `set` reads it back (strings quoted, booleans lower-case)."""
-    return json.dumps(value)
+def assignments(values: dict[str, Any]) -> str:
+    # JSON, so that `set` reads the output back: strings quoted, true/false.
+    return " ".join(f"{k}={json.dumps(values[k])}" for k in sorted(values))
 
 
 def progress_bar(rec: dict[str, Any], width: int = 24) -> str:
     """The ``progress`` metric (0..1) as a bar; without one, the step count."""
     p = rec.get("progress")
-    if isinstance(p, int | float) and not isinstance(p, bool):
-        p = min(1.0, max(0.0, float(p)))
-        n = round(p * width)
-        return f"[{'#' * n}{'.' * (width - n)}] {p:6.1%}"
-    return f"[step {rec.get('step', '?')}]"
+    if not isinstance(p, int | float) or isinstance(p, bool):
+        return f"[step {rec.get('step', '?')}]"
+    p = min(1.0, max(0.0, float(p)))
+    n = round(p * width)
+    return f"[{'#' * n}{'.' * (width - n)}] {p:6.1%}"
 
 
 def metric_line(rec: dict[str, Any]) -> str:
-    parts = [progress_bar(rec)]
-    parts += [f"{label} {fmt(rec[key])}" for key, label in SHOWN if rec.get(key) is not None]
-    return "  ".join(parts)
+    return "  ".join([progress_bar(rec)] + [
+        f"{label} {fmt(rec[key])}" for key, label in SHOWN if rec.get(key) is not None])
 
 
 def event_line(rec: dict[str, Any]) -> str:
     kind, src = rec.get("kind"), rec.get("source") or "?"
     if kind == "change":
         raw = rec.get("values")
-        vals = " ".join(f"{k}={fmt(v)}" for k, v in raw.items()) if isinstance(raw, dict) \
-            else str(raw)
+        vals = assignments(raw) if isinstance(raw, dict) else str(raw)
         if rec.get("status") == "applied":
             return f"* set {vals} at step {rec.get('applied_at_step')} (from {src})"
         return f"* set {vals} {rec.get('status')} (from {src}): {rec.get('error')}"
@@ -75,24 +72,21 @@ def event_line(rec: dict[str, Any]) -> str:
     return f"* {kind}: {rest}"
 
 
-def table(rows: Sequence[Sequence[str]]) -> str:
+def table(rows: Sequence[Sequence[Any]]) -> str:
+    rows = [["-" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                      for r in rows)
 
 
-# ---- watch --------------------------------------------------------------------------------
 class Display:
-    """The latest metrics, redrawn in place on a terminal or throttled lines elsewhere;
-    events are printed whole, above the progress line."""
+    """Latest metrics redrawn in place on a terminal, else as throttled lines; events whole."""
 
     def __init__(self, out: TextIO, tty: bool) -> None:
         self.out, self.tty = out, tty
-        self.line = ""  # the latest metric line
-        self.dirty = False  # ...not yet written
-        self.shown = 0  # width of the line drawn in place (terminal only)
-        self.last = -1e9
-        self.interval = 1.0 / (REDRAWS_PER_S if tty else LINES_PER_S)
+        self.line, self.dirty = "", False  # the latest metric line; not yet written?
+        self.shown = 0  # width of the line drawn in place
+        self.last, self.interval = -1e9, 1.0 / (REDRAWS_PER_S if tty else LINES_PER_S)
 
     def metric(self, rec: dict[str, Any]) -> None:
         self.line, self.dirty = metric_line(rec), True
@@ -100,35 +94,29 @@ class Display:
             self.flush()
 
     def flush(self) -> None:
-        if not self.dirty:
-            return
-        self.dirty, self.last = False, time.monotonic()
-        if self.tty:
-            # Never wider than the terminal: a wrapped line cannot be redrawn with \r.
-            line = self.line[: max(10, shutil.get_terminal_size().columns - 1)]
-            self.out.write("\r" + line.ljust(self.shown))
-            self.shown = len(line)
-        else:
-            self.out.write(self.line + "\n")
+        if self.dirty:
+            self.dirty, self.last = False, time.monotonic()
+            if self.tty:  # never wider than the terminal: a wrapped line cannot be redrawn
+                line = self.line[: max(10, shutil.get_terminal_size().columns - 1)]
+                self.out.write("\r" + line.ljust(self.shown))
+                self.shown = len(line)
+            else:
+                self.out.write(self.line + "\n")
         self.out.flush()
 
     def message(self, text: str) -> None:
-        if self.tty:
-            if self.shown:
-                self.out.write("\r" + " " * self.shown + "\r")
-                self.shown = 0
-            self.out.write(text + "\n")
-            self.dirty = bool(self.line)
-        else:
-            self.flush()  # the step it happened after comes first
-            self.out.write(text + "\n")
+        if not self.tty:
+            self.flush()  # the step it came after first
+        elif self.shown:
+            self.out.write("\r" + " " * self.shown + "\r")
+            self.shown, self.dirty = 0, bool(self.line)
+        self.out.write(text + "\n")
         self.flush()
 
     def close(self) -> None:
         self.flush()
-        if self.tty and self.shown:
-            self.out.write("\n")
-            self.shown = 0
+        self.out.write("\n" if self.shown else "")
+        self.shown = 0
         self.out.flush()
 
 
@@ -155,66 +143,51 @@ def report_end(job: Job, state: JobState, out: TextIO) -> int:
     print(f"job {job.id} {state.value}" + (f" after {step} steps" if step else ""), file=out)
     if state == JobState.FAILED:
         print(f"error: {job.error}", file=sys.stderr)
-        return 1
-    return 0
+    return int(state == JobState.FAILED)
 
 
-# ---- commands -----------------------------------------------------------------------------
-def cmd_run(a: argparse.Namespace) -> int:
+def cmd_run(a: Namespace) -> int:
     hparams = parse_assignments(a.set)
     try:
-        job = launch(a.script, nproc=a.nproc, hparams=hparams, args=a.script_args,
-                     backend=a.backend)
-    except FileNotFoundError as exc:
+        job = launch(a.script, a.nproc, hparams, a.script_args, backend=a.backend)
+    except (FileNotFoundError, ValueError) as exc:  # no such script, nproc < 1, bad value
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(job.id, flush=True)
     return watch(job) if a.watch else 0
 
 
-def cmd_jobs(a: argparse.Namespace) -> int:
+def cmd_jobs(a: Namespace) -> int:
     found = jobs()
-    if not found:
-        print(f"no jobs under {home() / 'jobs'}")
-        return 0
-    rows = [("ID", "STATE", "STEP", "NPROC", "SCRIPT")]
-    rows += [(j.id, j.state, "-" if j.step is None else str(j.step),
-              "-" if j.nproc is None else str(j.nproc), j.script) for j in found]
-    print(table(rows))
+    print(table([("ID", "STATE", "STEP", "NPROC", "SCRIPT")] + [
+        (j.id, j.state, j.step, j.nproc, j.script) for j in found])
+        if found else f"no jobs under {home() / 'jobs'}")
     return 0
 
 
-def cmd_set(a: argparse.Namespace) -> int:
+def cmd_set(a: Namespace) -> int:
     values = parse_assignments(a.assignments)  # before attaching: bad input fails fast
     ack = attach(a.job).set(values, source="cli")
-    vals = " ".join(f"{k}={wire(v)}" for k, v in ack.values.items())
-    print(f"applied at step {ack.applied_at_step}: {vals} (change {ack.change_id})")
+    print(f"applied at step {ack.applied_at_step}: {assignments(ack.values)} "
+          f"(change {ack.change_id})")
     return 0
 
 
-def cmd_get(a: argparse.Namespace) -> int:
+def cmd_get(a: Namespace) -> int:
     hparams = attach(a.job).get()
-    if a.json:
-        print(json.dumps(hparams, indent=1, sort_keys=True))
-    else:
-        width = max((len(n) for n in hparams), default=0)
-        for name in sorted(hparams):
-            print(f"{name.ljust(width)} = {wire(hparams[name])}")
+    width = max(map(len, hparams), default=0)
+    print(json.dumps(hparams, indent=1, sort_keys=True) if a.json else "\n".join(
+        f"{n.ljust(width)} = {json.dumps(hparams[n])}" for n in sorted(hparams)))
     return 0
 
 
-def cmd_status(a: argparse.Namespace) -> int:
+def cmd_status(a: Namespace) -> int:
     job = attach(a.job)
     st = job.status()
-    if a.json:
-        print(json.dumps({k: v for k, v in st.items() if k != "ok"}, indent=1, default=str))
-        return 0
-    ranks = st.get("world_size") or job.spec.get("nproc")
-    print(f"job {job.id}: {st.get('state')}" + (f" ({ranks} ranks)" if ranks else ""))
-    print(f"step {st.get('step', 0)}  epoch {st.get('epoch', 0)}"
-          + (f" of {st['epochs']}" if st.get("epochs") else ""))
-    hp = st.get("hparams") or {}
-    print("hparams: " + " ".join(f"{k}={wire(hp[k])}" for k in sorted(hp)))
+    n = st.get("world_size") or job.spec.get("nproc")
+    print(f"job {job.id}: {st.get('state')}" + (f", {n} rank(s)" if n else ""))
+    print(f"step {st.get('step', 0)}  epoch {st.get('epoch', 0)} of {st.get('epochs') or '?'}")
+    print("hparams: " + assignments(st.get("hparams") or {}))
     if st.get("latest"):
         print("latest:  " + metric_line(st["latest"]))
     if st.get("state") == JobState.FAILED.value:
@@ -222,57 +195,44 @@ def cmd_status(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_control(a: argparse.Namespace) -> int:
+def cmd_control(a: Namespace) -> int:
     job = attach(a.job)
-    ack = {"pause": job.pause, "resume": job.resume, "stop": job.stop}[a.command](source="cli")
+    ack = getattr(job, a.command)(source="cli")  # Job.pause, .resume or .stop
     done = {"pause": "paused", "resume": "resumed", "stop": "stopping"}[a.command]
     print(f"{done} at step {ack.applied_at_step} (change {ack.change_id})", flush=True)
-    if a.command == "stop" and a.wait:
-        return report_end(job, job.wait(), sys.stdout)
-    return 0
+    return report_end(job, job.wait(), sys.stdout) if getattr(a, "wait", False) else 0
 
 
-def cmd_watch(a: argparse.Namespace) -> int:
-    return watch(attach(a.job))
-
-
-def cmd_logs(a: argparse.Namespace) -> int:
+def cmd_logs(a: Namespace) -> int:
     job = attach(a.job)
     if not a.follow:
-        sys.stdout.write(job.logs(a.rank))
+        print(text := job.logs(a.rank), end="\n" if text and not text.endswith("\n") else "")
         return 0
-    # Job.logs gives whole texts, so following reads the same files from where it left off.
+    # Job.logs returns whole texts; following reads the same files on from where it was.
     offsets: dict[str, int] = {}
-    try:
-        while True:
-            ended = job.state.terminal
-            paths = [job.run_dir.supervisor_log] if a.rank is None else sorted(
-                job.run_dir.logs_dir.glob(f"torchrun/**/attempt_*/{a.rank}/std*.log"))
-            for p in paths:
-                if p.exists():
-                    with open(p, "rb") as f:
-                        f.seek(offsets.get(str(p), 0))
-                        data = f.read()
-                    offsets[str(p)] = offsets.get(str(p), 0) + len(data)
-                    sys.stdout.buffer.write(data)
-            sys.stdout.flush()
-            if ended:
-                return 0
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        return 130
+    while True:
+        ended = job.state.terminal
+        paths = [job.run_dir.supervisor_log] if a.rank is None else sorted(
+            job.run_dir.logs_dir.glob(f"torchrun/**/attempt_*/{a.rank}/std*.log"))
+        for p in filter(os.path.exists, paths):
+            with open(p, "rb") as f:
+                f.seek(offsets.setdefault(str(p), 0))
+                sys.stdout.buffer.write(data := f.read())
+            offsets[str(p)] += len(data)
+        sys.stdout.flush()
+        if ended:
+            return 0
+        time.sleep(0.5)
 
 
-# ---- the command line -----------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="hpinteract", description="Launch, tune and watch hpinteract training jobs.",
         epilog="Jobs live under $HPINTERACT_HOME (default ~/.local/share/hpinteract).")
     parser.add_argument("--version", action="version", version=f"hpinteract {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], text: str,
-            job: bool = True) -> argparse.ArgumentParser:
+    def add(name: str, func: Callable[..., int], text: str, job: bool = True) -> ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         if job:
             p.add_argument("--job", "-j", default="latest", metavar="ID",
@@ -280,41 +240,33 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = add("run", cmd_run, "launch SCRIPT under torchrun, detached; prints the job id",
-            job=False)
+    p = add("run", cmd_run, "launch SCRIPT under torchrun, detached; prints the job id", False)
     p.usage = "hpinteract run SCRIPT [options] [-- script args...]"
     p.add_argument("script", metavar="SCRIPT", nargs="?")
-    p.add_argument("--nproc", "-n", type=positive_int, default=1, help="ranks (default 1)")
+    p.add_argument("--nproc", "-n", type=int, default=1, help="ranks (default 1)")
     p.add_argument("--set", "-s", action="extend", nargs="+", default=[], metavar="K=V",
                    help="hyper-parameter overrides")
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs")
     p.add_argument("--watch", "-w", action="store_true", help="then follow it, like watch")
-    add("jobs", cmd_jobs, "list jobs: id, state, step, nproc, script", job=False)
-    p = add("set", cmd_set, "change hyper-parameters on every rank at one step")
-    p.add_argument("assignments", nargs="+", metavar="K=V")
-    for name, func, text in (("get", cmd_get, "print the effective hyper-parameters"),
-                             ("status", cmd_status, "print state, step, hparams, metrics")):
-        add(name, func, text).add_argument("--json", action="store_true", help="as JSON")
+    add("jobs", cmd_jobs, "list jobs: id, state, step, nproc, script", False)
+    add("set", cmd_set, "change hyper-parameters on every rank at one step").add_argument(
+        "assignments", nargs="+", metavar="K=V")
+    add("get", cmd_get, "print the effective hyper-parameters").add_argument(
+        "--json", action="store_true", help="as JSON")
+    add("status", cmd_status, "print state, step, hyper-parameters, latest metrics")
     add("pause", cmd_control, "hold every rank at the same step")
     add("resume", cmd_control, "resume a paused job")
     add("stop", cmd_control, "end training at the same step on every rank").add_argument(
         "--wait", action="store_true", help="then wait for the job to end")
-    add("watch", cmd_watch, "follow progress, metrics and changes until the job ends")
+    add("watch", lambda a: watch(attach(a.job)), "follow progress and changes until the end")
     p = add("logs", cmd_logs, "print the job's output (all ranks, or one)")
     p.add_argument("--rank", "-r", type=int, help="only this rank's stdout and stderr")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")
     return parser
 
 
-def positive_int(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
-
-
 def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
-    """``run``'s own options, and what follows its ``--`` (the script's arguments)."""
+    """``run``'s own arguments, and what follows its ``--`` (the script's arguments)."""
     command = next((t for t in argv if not t.startswith("-")), None)
     if command != "run" or "--" not in argv:
         return argv, []
@@ -327,21 +279,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(own)
     args.script_args = script_args
-    if args.command == "run" and args.script is None:
-        # `--set k=v ... SCRIPT`: --set took SCRIPT too; assignments always have an '='.
-        i = next((i for i, s in enumerate(args.set) if "=" not in s), None)
-        if i is None or i < len(args.set) - 1:
-            parser.error("run needs one SCRIPT (hyper-parameters are --set K=V ...)")
-        args.set, args.script = args.set[:i], args.set[i]
+    if args.command == "run" and args.script is None:  # `--set k=v SCRIPT`: --set took it
+        *args.set, args.script = args.set or [""]
+        if not args.script or "=" in args.script:
+            parser.error("run needs a SCRIPT")
     try:
         return int(args.func(args))
     except HpiError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2 if isinstance(exc, USAGE_ERRORS) else 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C: the job is not affected, so no traceback
         print(file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `hpinteract logs | head`: quiet, as other tools are
+    except BrokenPipeError:  # `hpinteract logs | head`: end quietly, as other tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
 
