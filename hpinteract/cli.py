@@ -213,7 +213,7 @@ def cmd_logs(a: Namespace) -> int:
     while True:
         ended = job.state.terminal
         paths = [job.run_dir.supervisor_log] if a.rank is None else sorted(
-            job.run_dir.logs_dir.glob(f"torchrun/**/attempt_*/{a.rank}/std*.log"))
+            job.log_paths(a.rank))
         for p in filter(os.path.exists, paths):
             with open(p, "rb") as f:
                 f.seek(offsets.setdefault(str(p), 0))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.rundir import RunDir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def read_records(path: Path, since: int = 0) -> list[dict[str, Any]]:
@@ -32,6 +33,8 @@ def read_records(path: Path, since: int = 0) -> list[dict[str, Any]]:
 
 
 def metrics_frame(run_dir: RunDir) -> pd.DataFrame:
+    import pandas as pd  # here, not at import time: each CLI command starts 0.5 s sooner
+
     records = read_records(run_dir.metrics_log)
     if not records:
         return pd.DataFrame(columns=["step", "epoch", "time", "loss"])
@@ -41,6 +44,8 @@ def metrics_frame(run_dir: RunDir) -> pd.DataFrame:
 
 
 def events_frame(run_dir: RunDir) -> pd.DataFrame:
+    import pandas as pd
+
     records = read_records(run_dir.events_log)
     cols = ["seq", "time", "kind", "source", "status", "values", "applied_at_step", "state"]
     if not records:

@@ -11,12 +11,13 @@ import contextlib
 import os
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import zmq
 
 from ..protocol.connection import ConnectionInfo
@@ -27,6 +28,9 @@ from ..protocol.states import JobState
 from ..transport.control import ControlClient
 from ..transport.pubsub import CatchUp, Subscriber
 from . import history
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Commands are answered once applied at a step boundary; a slow step delays that, so they
 # wait longer than queries. Retries carry the same request id: the job never acts twice.
@@ -65,6 +69,9 @@ class Job:
         self._proc = process
         self._client: ControlClient | None = None
         self._info: ConnectionInfo | None = None
+        # ZeroMQ sockets are not thread-safe: one request at a time on the shared client
+        # (a widget callback and a policy thread may both use the Job); stream() has its own.
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.state.value}>"
@@ -94,15 +101,7 @@ class Job:
         if spec.get("hostname", socket.gethostname()) != socket.gethostname():
             return True  # another machine's job: its state file is all we can know
         pid = spec.get("supervisor_pid") or st.get("pid")
-        if pid is None:
-            return True
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid is None or _pid_alive(int(pid))
 
     @property
     def error(self) -> JobError | None:
@@ -124,14 +123,30 @@ class Job:
             if deadline is not None and time.monotonic() > deadline:
                 raise HpiTimeout(f"job {self.id} is still {state.value} after {timeout}s")
             time.sleep(poll_s)
+        self._wait_supervisor()
+        return self.state
+
+    def _wait_supervisor(self, timeout: float = 30.0) -> None:
+        """Let the supervisor finish recording the end (the root-cause rank of a failure)."""
         if self._proc is not None:
-            self._proc.wait()
-        return state
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout)
+            return
+        spec = self.spec
+        pid = spec.get("supervisor_pid")
+        if pid is None or spec.get("hostname") != socket.gethostname():
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _pid_alive(int(pid)):
+            time.sleep(0.05)
 
     # ---- control ---------------------------------------------------------------------------
     def _connect(self, timeout: float = 120.0) -> ControlClient:
-        if self._client is not None:
-            return self._client
+        if self._client is None:
+            self._client = self._new_client(timeout)
+        return self._client
+
+    def _new_client(self, timeout: float) -> ControlClient:
         deadline = time.monotonic() + timeout
         while not self.run_dir.connection.exists():
             state = self.state
@@ -141,9 +156,8 @@ class Job:
                 raise HpiTimeout(f"job {self.id} did not open its control port in {timeout}s")
             time.sleep(0.05)
         self._info = ConnectionInfo.read(self.run_dir.connection)
-        self._client = ControlClient(zmq.Context.instance(), self._info.control_url,
-                                     self._info.key_bytes)
-        return self._client
+        return ControlClient(zmq.Context.instance(), self._info.control_url,
+                             self._info.key_bytes)
 
     def _raise_ended(self, state: JobState) -> None:
         if state == JobState.FAILED:
@@ -159,7 +173,8 @@ class Job:
         client = self._connect()
         kw = {"timeout_s": COMMAND_TIMEOUT_S, "retries": COMMAND_RETRIES} if command else {}
         try:
-            return client.request(type_, content, **kw)  # type: ignore[arg-type]
+            with self._lock:
+                return client.request(type_, content, **kw)  # type: ignore[arg-type]
         except HpiTimeout:
             state = self.state
             if state.terminal:
@@ -217,21 +232,36 @@ class Job:
         """The change log: every change with its source, status and step, and state changes."""
         return history.events_frame(self.run_dir)
 
-    def applied_steps(self, change_id: str) -> dict[int, int]:
-        """{rank: step} at which each rank applied a change (the same step on all ranks)."""
-        return {rank: row["step"] for rank, rows in history.rank_applies(self.run_dir).items()
-                for row in rows if row["id"] == change_id}
+    def applied_steps(self, change_id: str, timeout: float = 5.0) -> dict[int, int]:
+        """{rank: step} at which each rank applied a change (the same step on all ranks).
+
+        Every rank records its own application right after the step-boundary collective;
+        the ack comes from rank 0, so another rank's record may trail it by a moment: wait
+        up to ``timeout`` for all ranks."""
+        world = int(self._status_file().get("world_size") or 1)
+        deadline = time.monotonic() + timeout
+        while True:
+            got = {rank: row["step"] for rank, rows in history.rank_applies(self.run_dir).items()
+                   for row in rows if row["id"] == change_id}
+            if len(got) >= world or time.monotonic() > deadline:
+                return got
+            time.sleep(0.02)
 
     def logs(self, rank: int | None = None) -> str:
         """Combined output of all ranks (rank None), or one rank's stdout and stderr."""
         if rank is None:
             p = self.run_dir.supervisor_log
             return p.read_text(errors="replace") if p.exists() else ""
-        parts = []
-        for name in ("stdout.log", "stderr.log"):
-            for p in sorted(self.run_dir.logs_dir.glob(f"torchrun/**/attempt_*/{rank}/{name}")):
-                parts.append(p.read_text(errors="replace"))
-        return "".join(parts)
+        return "".join(p.read_text(errors="replace") for p in self.log_paths(rank))
+
+    def log_paths(self, rank: int | None = None) -> list[Path]:
+        """The files behind ``logs(rank)``: the supervisor's combined log (rank None), or
+        torchrun's per-rank stdout and stderr of every attempt."""
+        if rank is None:
+            return [self.run_dir.supervisor_log]
+        logs = self.run_dir.logs_dir
+        return [p for name in ("stdout.log", "stderr.log")
+                for p in sorted(logs.glob(f"torchrun/**/attempt_*/{rank}/{name}"))]
 
     def stream(self, idle_s: float = 0.5, since: int = 0) -> Iterator[dict[str, Any]]:
         """Every metric and event record once, in order: history first, then live ones, until
@@ -239,11 +269,11 @@ class Job:
         last = since
         while not self.run_dir.connection.exists() and not self.state.terminal:
             time.sleep(0.05)
+        client = None
         if self.run_dir.connection.exists():
-            with contextlib.suppress(InvalidState, JobFailed):
-                self._connect()
-        if self._client is not None and self._info is not None:
-            client = self._client
+            with contextlib.suppress(InvalidState, JobFailed, HpiTimeout, FileNotFoundError):
+                client = self._new_client(timeout=5.0)
+        if client is not None and self._info is not None:
             sub = Subscriber(zmq.Context.instance(), self._info.pub_url, self._info.key_bytes)
 
             def fetch(after: int) -> tuple[list[dict[str, Any]], bool]:
@@ -263,7 +293,9 @@ class Job:
                         break
             finally:
                 sub.close()
+                client.close()
             last = catch.last_seq
+        self._wait_supervisor()  # its record of how the job ended comes last
         records, _ = history.local_page(self.run_dir, last)  # what came after the socket closed
         yield from records
 
@@ -271,3 +303,13 @@ class Job:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, but someone else's
+    return True

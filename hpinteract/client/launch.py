@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..protocol.errors import InvalidHParam
+from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import _kind_of
 from ..protocol.rundir import RunDir, atomic_write_json, find_run_dir, iter_run_dirs, read_json
 from .job import Job
@@ -43,7 +43,7 @@ def launch(
     if not path.is_file():
         raise FileNotFoundError(f"no training script at {path}")
     if int(nproc) < 1:
-        raise ValueError(f"nproc must be at least 1, got {nproc}")
+        raise ConfigError(f"nproc must be at least 1, got {nproc}")
     overrides = dict(hparams or {})
     for name, value in overrides.items():
         try:

@@ -293,6 +293,7 @@ class Coordinator:
             self._finish_request(cmd.req_id, {"ok": False, "error": InvalidState(
                 f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
         self.pending.clear()
+        self._metrics.flush()  # every step is on disk before the state says the job ended
         self._set_state(state, self._status.get("step", 0), "job")
         self._write_state(error)
         self._metrics.close()

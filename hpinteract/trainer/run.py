@@ -183,11 +183,12 @@ class Run:
         self.step_index += 1
         if self._sync.due():
             self._sync_now()
-            while self.paused and not self.should_stop:
-                if self._coord is not None:
-                    self._coord.command_ready.wait(0.1)
-                self._sync_now()
-            self._last_t = time.perf_counter()  # a pause is not step time
+            if self.paused:
+                while self.paused and not self.should_stop:
+                    if self._coord is not None:
+                        self._coord.command_ready.wait(0.1)
+                    self._sync_now()
+                self._last_t = time.perf_counter()  # a pause is not step time
 
     # ---- step boundary ---------------------------------------------------------------------
     def _sync_now(self) -> None:

@@ -10,8 +10,10 @@ state: the coordinator on rank 0 cannot, when rank 0 is the one that died.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -42,6 +44,24 @@ def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
     return [*argv, "-m", "hpinteract.trainer.bootstrap"]
 
 
+# What a rank raises when a peer vanished under a collective: a consequence, not a cause.
+_PEER_LOSS = re.compile(
+    r"Connection closed by peer|Connection reset by peer|ECONNRESET|Broken pipe|"
+    r"NCCL communicator was aborted|DistNetworkError", re.IGNORECASE)
+
+
+def root_cause(failures: Mapping[int, Any]) -> tuple[int, Any]:
+    """The rank that failed first for its own reasons.
+
+    torchrun orders failures by time, but when a rank dies its peers raise a
+    communication error within milliseconds, sometimes before the agent notices the death,
+    and would then be named as the cause. Such failures lose to any other.
+    """
+    own = {r: f for r, f in failures.items() if not _PEER_LOSS.search(str(f.message))}
+    rank = min(own or failures, key=lambda r: (own or failures)[r].timestamp)
+    return rank, failures[rank]
+
+
 def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -> None:
     prev = read_json(run_dir.state_file) or {}
     if state == JobState.FINISHED and prev.get("state") == JobState.FINISHED.value:
@@ -66,7 +86,7 @@ def main(run_path: str) -> int:
     try:
         torchrun(parse_args(torchrun_argv(job, run_dir)))
     except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
+        rank, failure = root_cause(exc.failures)
         message = failure.message
         if isinstance(message, dict):  # torch's error-file form
             message = message.get("message", str(message))
