@@ -87,8 +87,8 @@ class StreamWatcher(threading.Thread):
     """A live subscriber for the whole run: iterates ``job.stream()`` like a dashboard would.
 
     It keeps the latest step seen and, per metric record, the delay from the step's end
-    (its ``time`` field, stamped by rank 0) to its arrival here. Use a Job object of its own
-    (``hpi.attach``): a Job's control socket must not be shared between threads.
+    (its ``time`` field, stamped by rank 0) to its arrival here. It is given a Job object of
+    its own (``hpi.attach``), as a second notebook would be.
     """
 
     def __init__(self, job: Any) -> None:
@@ -98,10 +98,12 @@ class StreamWatcher(threading.Thread):
         self.metrics = 0
         self.events = 0
         self.lags_ms: list[float] = []
+        self.cpu_s = 0.0  # this thread's CPU time: the client's share of the cost
         self.error: BaseException | None = None
         self._live = False  # history replayed at attach time is not a live delay
 
     def run(self) -> None:
+        cpu0 = time.thread_time()
         try:
             for rec in self.job.stream(idle_s=0.2):
                 if "kind" in rec:
@@ -115,3 +117,4 @@ class StreamWatcher(threading.Thread):
                     self.lags_ms.append(lag)
         except BaseException as exc:  # reported by the driver
             self.error = exc
+        self.cpu_s = time.thread_time() - cpu0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 import time
 
 import torch
@@ -48,29 +49,67 @@ def make_model() -> nn.Module:
                          nn.ReLU(), nn.Linear(a.hidden, 10))
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of each of this process's threads, by name (Linux /proc; else {})."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # a thread that just ended
+        fields = stat.rsplit(")", 1)[1].split()
+        name = names.get(int(tid)) or stat[stat.index("(") + 1 : stat.rindex(")")]
+        name = "training thread" if name == "MainThread" else name
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 class Timer:
-    """Rank 0's stopwatch over the timed window; per-step durations for the tail."""
+    """Rank 0's stopwatch over the timed window; per-step durations for the tail; every
+    rank's CPU time over the same window, in total and by thread."""
 
     def __init__(self) -> None:
         self.done = 0
         self.t0 = self.t1 = self.last = 0.0
+        self.cpu0 = self.cpu1 = 0.0  # this process's CPU seconds, all its threads
+        self.threads0: dict[str, float] = {}
+        self.threads1: dict[str, float] = {}
         self.durations: list[float] = []
 
     def tick(self) -> bool:
         """After each step; True once the timed window is over."""
         self.done += 1
-        now = time.perf_counter()
         if self.done == a.warmup:
-            self.t0 = self.last = now
+            self.threads0 = thread_cpu()
+            self.cpu0 = time.process_time()
+            self.t0 = self.last = time.perf_counter()
         elif self.done > a.warmup:
+            now = time.perf_counter()
             self.durations.append(now - self.last)
             self.last = now
-        if a.steps and self.done == a.warmup + a.steps:
-            self.t1 = now
-            return True
+            if a.steps and self.done == a.warmup + a.steps:
+                self.t1 = now
+                self.cpu1 = time.process_time()
+                self.threads1 = thread_cpu()
+                return True
         return False
 
     def report(self, rank: int, world: int, extra: dict) -> None:
+        # CPU time is a cost that another process's load hardly changes, unlike the wall
+        # clock. Gathered with a collective, after the window.
+        if not self.t1:  # stopped from outside (--steps 0): the window ends now
+            self.cpu1, self.threads1 = time.process_time(), thread_cpu()
+        threads = {k: v - self.threads0.get(k, 0.0) for k, v in self.threads1.items()}
+        mine = {"cpu": self.cpu1 - self.cpu0, "threads": threads}
+        ranks: list[dict] = [{}] * world
+        dist.all_gather_object(ranks, mine)
         if rank != 0 or not a.out or not self.durations:
             return
         t1 = self.t1 or self.last
@@ -79,7 +118,10 @@ class Timer:
         rec = {"mode": a.mode, "world_size": world, "steps": n, "warmup": a.warmup,
                "batch": a.batch, "seconds": t1 - self.t0, "steps_per_s": n / (t1 - self.t0),
                "ms_per_step": 1e3 * (t1 - self.t0) / n, "p50_ms": 1e3 * d[n // 2],
-               "p99_ms": 1e3 * d[min(n - 1, int(0.99 * n))], "max_ms": 1e3 * d[-1], **extra}
+               "p99_ms": 1e3 * d[min(n - 1, int(0.99 * n))], "max_ms": 1e3 * d[-1],
+               "cpu_ms_per_step": 1e3 * sum(r["cpu"] for r in ranks) / n,
+               "rank_threads_ms_per_step": [{k: 1e3 * v / n for k, v in r["threads"].items()}
+                                            for r in ranks], **extra}
         tmp = a.out + ".tmp"
         with open(tmp, "w") as f:
             json.dump(rec, f)
@@ -143,6 +185,8 @@ def instrumented() -> None:
 
 
 if __name__ == "__main__":
+    if a.warmup < 1:
+        p.error("--warmup must be at least 1 (the timed window starts after it)")
     if a.mode == "plain" and a.steps == 0:
         p.error("--steps 0 needs --mode hpi (a plain job cannot be stopped from outside)")
     if a.mode == "plain":

@@ -249,19 +249,11 @@ class Job:
 
     def logs(self, rank: int | None = None) -> str:
         """Combined output of all ranks (rank None), or one rank's stdout and stderr."""
-        if rank is None:
-            p = self.run_dir.supervisor_log
-            return p.read_text(errors="replace") if p.exists() else ""
-        return "".join(p.read_text(errors="replace") for p in self.log_paths(rank))
+        return "".join(p.read_text(errors="replace") for p in self.log_paths(rank) if p.exists())
 
     def log_paths(self, rank: int | None = None) -> list[Path]:
-        """The files behind ``logs(rank)``: the supervisor's combined log (rank None), or
-        torchrun's per-rank stdout and stderr of every attempt."""
-        if rank is None:
-            return [self.run_dir.supervisor_log]
-        logs = self.run_dir.logs_dir
-        return [p for name in ("stdout.log", "stderr.log")
-                for p in sorted(logs.glob(f"torchrun/**/attempt_*/{rank}/{name}"))]
+        """The files behind ``logs(rank)``."""
+        return history.log_paths(self.run_dir, rank)
 
     def stream(self, idle_s: float = 0.5, since: int = 0) -> Iterator[dict[str, Any]]:
         """Every metric and event record once, in order: history first, then live ones, until

@@ -18,9 +18,9 @@ REQUEST_TYPES = frozenset(
     {"hello", "get", "set", "pause", "resume", "stop", "status", "history"}
 )
 REPLY = "reply"
-# Topics on the PUB socket; SUB sockets filter on them.
-TOPIC_METRIC = b"metric"
-TOPIC_EVENT = b"event"
+# The PUB socket's one topic: a batch of records (metrics and events, in seq order) per
+# coordinator cycle. One message per cycle, not per step, keeps the cost off the ranks' CPUs.
+TOPIC_RECORDS = b"records"
 
 
 def new_id() -> str:

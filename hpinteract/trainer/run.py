@@ -247,6 +247,9 @@ class Run:
             self._coord.close(state, error)
         self._rank_log.close()
         if state == JobState.FINISHED:
+            # Leave together: ranks that tear gloo down at different moments sometimes abort
+            # at exit ("terminate called without an active exception"), failing a finished job.
+            torch.distributed.barrier(group=self._group)
             torch.distributed.destroy_process_group(self._group)
             if self.topology.created_group:
                 torch.distributed.destroy_process_group()

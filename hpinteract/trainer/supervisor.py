@@ -62,6 +62,13 @@ def root_cause(failures: Mapping[int, Any]) -> tuple[int, Any]:
     return rank, failures[rank]
 
 
+def append_event(run_dir: RunDir, event: dict[str, Any]) -> None:
+    """Append to the events log once rank 0's coordinator (its writer) has gone."""
+    seq = 1 + max(last_seq(run_dir.metrics_log), last_seq(run_dir.events_log))
+    with open(run_dir.events_log, "a") as f:
+        f.write(json.dumps({"seq": seq, "time": time.time(), **event}) + "\n")
+
+
 def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -> None:
     prev = read_json(run_dir.state_file) or {}
     if state == JobState.FINISHED and prev.get("state") == JobState.FINISHED.value:
@@ -69,10 +76,8 @@ def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -
     prev_error = prev.get("error") or {}
     if error is not None and prev_error.get("rank") == error.get("rank"):
         error = {**prev_error, **error}  # keep the traceback rank 0 recorded itself
-    seq = 1 + max(last_seq(run_dir.metrics_log), last_seq(run_dir.events_log))
-    with open(run_dir.events_log, "a") as f:
-        f.write(json.dumps({"seq": seq, "time": time.time(), "kind": "state",
-                            "state": state.value, "source": "supervisor", "error": error}) + "\n")
+    append_event(run_dir, {"kind": "state", "state": state.value, "source": "supervisor",
+                           "error": error})
     atomic_write_json(run_dir.state_file, {**prev, "state": state.value, "error": error,
                                            "updated": time.time()})
 
@@ -92,6 +97,14 @@ def main(run_path: str) -> int:
             message = message.get("message", str(message))
         error = {"rank": rank, "exitcode": failure.exitcode, "message": str(message),
                  "pid": failure.pid}
+        prev = read_json(run_dir.state_file) or {}
+        if prev.get("state") == JobState.FINISHED.value and failure.exitcode < 0:
+            # Training had finished on every rank (rank 0 recorded it after the last step)
+            # and a process died by a signal while exiting: keep the result, say what happened.
+            append_event(run_dir, {"kind": "warning", "source": "supervisor", "error": error,
+                                   "message": f"rank {rank} died at exit after the job "
+                                              f"finished: {message}"})
+            return 0
         record_end(run_dir, JobState.FAILED, error)
         return 1
     except BaseException as exc:  # rendezvous or launch failure: no rank ever ran

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import struct
 import time
+from collections import deque
 from typing import Any
 
 import torch
@@ -40,7 +42,10 @@ class StepSync:
         self._max_latency = max_latency_s
         self._fixed = every
         self.countdown = 0  # sync at the very first boundary
-        self._sync_cost = 0.0  # EMA of seconds per broadcast (rank 0)
+        # Seconds per broadcast (rank 0). The median of recent ones: a broadcast's time also
+        # holds the wait for a slower rank, which the next all-reduce would pay anyway, and
+        # the mean of those waits is several times the broadcast's own cost.
+        self._sync_costs: deque[float] = deque(maxlen=31)
         self._step_time = 0.0  # EMA of seconds per training step (rank 0)
         self.syncs = 0
 
@@ -57,9 +62,10 @@ class StepSync:
     def next_interval(self) -> int:
         if self._fixed is not None:
             return max(1, self._fixed)
-        if self._step_time <= 0 or self._sync_cost <= 0:
+        if self._step_time <= 0 or not self._sync_costs:
             return 1
-        want = math.ceil(self._sync_cost / (self._budget * self._step_time))
+        cost = statistics.median(self._sync_costs)
+        want = math.ceil(cost / (self._budget * self._step_time))
         cap = max(1, int(self._max_latency / self._step_time))
         return max(1, min(want, cap))
 
@@ -89,7 +95,6 @@ class StepSync:
         self.countdown = interval - 1
         self.syncs += 1
         if self._rank == 0:
-            dt = time.perf_counter() - t0
-            self._sync_cost = dt if self._sync_cost == 0 else 0.9 * self._sync_cost + 0.1 * dt
+            self._sync_costs.append(time.perf_counter() - t0)
         out: list[dict[str, Any]] = json.loads(raw) if raw else []
         return out

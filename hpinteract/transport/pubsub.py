@@ -19,7 +19,7 @@ import zmq
 
 from ..protocol.codec import MAX_MESSAGE_BYTES, Codec
 from ..protocol.errors import HpiError
-from ..protocol.messages import TOPIC_EVENT, TOPIC_METRIC, make_message, new_id
+from ..protocol.messages import TOPIC_RECORDS, make_message, new_id
 from .control import bind_loopback
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,10 @@ class Publisher:
         self.port = bind_loopback(self.socket, ip)
         self.session = new_id()
 
-    def publish(self, topic: bytes, record: Record) -> None:
-        msg = make_message(topic.decode(), record, session=self.session)
-        self.socket.send_multipart(self.codec.pack(msg, topic=topic))
+    def publish(self, records: list[Record]) -> None:
+        """One signed message carrying a batch of records, in seq order."""
+        msg = make_message(TOPIC_RECORDS.decode(), {"records": records}, session=self.session)
+        self.socket.send_multipart(self.codec.pack(msg, topic=TOPIC_RECORDS))
 
     def close(self) -> None:
         self.socket.close()
@@ -52,12 +53,11 @@ class Subscriber:
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self.socket.setsockopt(zmq.RCVHWM, 100_000)
-        for topic in (TOPIC_METRIC, TOPIC_EVENT):
-            self.socket.setsockopt(zmq.SUBSCRIBE, topic)
+        self.socket.setsockopt(zmq.SUBSCRIBE, TOPIC_RECORDS)
         self.socket.connect(url)
 
-    def recv(self, timeout_s: float) -> Record | None:
-        """The next verified record, or None after ``timeout_s`` without one."""
+    def recv(self, timeout_s: float) -> list[Record] | None:
+        """The next verified batch of records, or None after ``timeout_s`` without one."""
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
             if not self.socket.poll(int(left * 1000) + 1):
@@ -68,7 +68,9 @@ class Subscriber:
             except HpiError as exc:
                 log.warning("dropped a published message that failed verification: %s", exc)
                 continue
-            return msg.content
+            records = msg.content.get("records")
+            if isinstance(records, list):
+                return [r for r in records if isinstance(r, dict)]
         return None
 
     def close(self) -> None:
@@ -98,15 +100,16 @@ class CatchUp:
         """History not yet seen, then live records until ``timeout_s`` passes without any."""
         yield from self._backfill()
         while True:
-            rec = self._sub.recv(timeout_s)
-            if rec is None:
+            batch = self._sub.recv(timeout_s)
+            if batch is None:
                 return
-            seq = int(rec.get("seq", 0))
-            if seq <= self.last_seq:
-                continue  # already delivered by the history
-            if seq > self.last_seq + 1:
-                yield from self._backfill()  # missed some: the log has them
+            for rec in batch:
+                seq = int(rec.get("seq", 0))
                 if seq <= self.last_seq:
-                    continue
-            self.last_seq = seq
-            yield rec
+                    continue  # already delivered by the history
+                if seq > self.last_seq + 1:
+                    yield from self._backfill()  # missed some: the log has them
+                    if seq <= self.last_seq:
+                        continue
+                self.last_seq = seq
+                yield rec

@@ -26,7 +26,7 @@ def test_history_then_live_without_duplicates_or_gaps():
             continue
         if i > 50:
             log.append({"seq": i, "step": i})
-        pub.publish(b"metric", {"seq": i, "step": i})
+        pub.publish([{"seq": i, "step": i}])
     got = [r["seq"] for r in CatchUp(sub, fetch)(timeout_s=0.5)]
     assert got == list(range(1, 56))
     sub.close()
@@ -38,7 +38,7 @@ def test_forged_publications_are_dropped():
     pub = Publisher(ctx, b"z" * 32)  # someone else's key
     sub = Subscriber(ctx, f"tcp://127.0.0.1:{pub.port}", KEY)
     time.sleep(0.3)
-    pub.publish(b"metric", {"seq": 1})
+    pub.publish([{"seq": 1}])
     assert sub.recv(0.5) is None
     sub.close()
     pub.close()
