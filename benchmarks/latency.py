@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--gap-ms", type=float, default=100.0,
                     help="max random pause before a set (>= the sync interval: any phase)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sync-every", type=int, default=None,
+                    help="control sync every N steps (default: the job's automatic spacing)")
     ap.add_argument("--timeout", type=float, default=240, help="seconds for the whole run")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     a = ap.parse_args()
@@ -59,8 +61,9 @@ def main() -> None:
           f"steps, pause before each uniform in [0, {a.gap_ms:g}] ms "
           f"(HPINTERACT_HOME={home})\n", flush=True)
     deadline = time.monotonic() + a.timeout
+    sync = ["--sync-every", str(a.sync_every)] if a.sync_every else []
     job = hpi.launch(TRAIN, nproc=a.nproc, args=["--mode", "hpi", "--steps", "0", "--warmup",
-                     str(a.warmup), "--out", str(out)], env=job_env(), home=home)
+                     str(a.warmup), "--out", str(out), *sync], env=job_env(), home=home)
     # The subscriber has a Job of its own, as a dashboard in another kernel would.
     watcher = StreamWatcher(hpi.attach(job.id, home=home))
     watcher.start()

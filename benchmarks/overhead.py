@@ -12,12 +12,13 @@ data, batch, loop and seed; see train.py):
 - ``plain``: ``torchrun --standalone --nproc-per-node N train.py --mode plain``.
 - ``hpi``: ``hpi.launch(train.py --mode hpi)``: metrics published every step, and a client
   thread subscribed to the live stream (``hpi.attach(id).stream()``) the whole time.
-- diagnostics, not run by default: ``hpi-nostream``, the hpi job with nobody subscribed;
+- diagnostics, not run by default: ``hpi-sync1``, hpi with a control sync at every step
+  (``hpi.init(sync_every=1)``); ``hpi-nostream``, the hpi job with nobody subscribed;
   ``plain-launch``, the plain script started by ``hpi.launch`` (supervisor, torchrun's log
   redirection, bootstrap) without ``hpi.init``: it separates launcher from library costs.
 
 Usage: .venv/bin/python benchmarks/overhead.py [--steps 1500] [--rounds 4] [--nproc 2]
-       [--variants plain,hpi,hpi-nostream,plain-launch]
+       [--variants plain,hpi,hpi-nostream,plain-launch,hpi-sync1]
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from _common import (
 import hpinteract as hpi
 
 GOAL = 0.98
-VARIANTS = ("plain", "hpi", "hpi-nostream", "plain-launch")
+VARIANTS = ("plain", "hpi", "hpi-nostream", "plain-launch", "hpi-sync1")
 TEARDOWN_FAILURES: list[str] = []
 
 
@@ -74,10 +75,10 @@ def ended(what: str, out: Path, logs: str) -> None:
           "(--keep keeps run directories and logs)", flush=True)
 
 
-def run_hpi(a: argparse.Namespace, out: Path, home: Path, stream: bool, mode: str = "hpi"
-            ) -> dict[str, Any]:
+def run_hpi(a: argparse.Namespace, out: Path, home: Path, stream: bool, mode: str = "hpi",
+            extra: tuple[str, ...] = ()) -> dict[str, Any]:
     args = ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
-            "--out", str(out)]
+            "--out", str(out), *extra]
     job = hpi.launch(TRAIN, nproc=a.nproc, args=args, env=job_env(), home=home)
     watcher = StreamWatcher(hpi.attach(job.id, home=home)) if stream else None
     if watcher is not None:
@@ -146,6 +147,8 @@ def main() -> None:
                 rec = run_plain(a, out)
             elif v == "plain-launch":
                 rec = run_hpi(a, out, home, stream=False, mode="plain")
+            elif v == "hpi-sync1":  # a control sync at every step: the latency-first setting
+                rec = run_hpi(a, out, home, stream=True, extra=("--sync-every", "1"))
             else:
                 rec = run_hpi(a, out, home, stream=(v == "hpi"))
             results[v].append(rec)

@@ -33,6 +33,8 @@ p.add_argument("--warmup", type=int, default=200, help="untimed steps first")
 p.add_argument("--batch", type=int, default=64, help="global batch")
 p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--out", default=None, help="JSON file rank 0 writes its timing to")
+p.add_argument("--sync-every", type=int, default=None,
+               help="hpi.init(sync_every=...): steps between control sync points (default auto)")
 a = p.parse_args()
 
 LR, MOMENTUM, SEED = 0.05, 0.9, 0
@@ -162,7 +164,8 @@ def plain() -> None:
 def instrumented() -> None:
     import hpinteract as hpi
 
-    run = hpi.init(hparams={"lr": LR, "momentum": MOMENTUM, "batch_size": a.batch})
+    run = hpi.init(hparams={"lr": LR, "momentum": MOMENTUM, "batch_size": a.batch},
+                   sync_every=a.sync_every)
     ds = digits()
     model = DDP(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
