@@ -23,9 +23,10 @@ import zmq
 from ..protocol.connection import ConnectionInfo
 from ..protocol.errors import HpiTimeout, InvalidState, JobFailed
 from ..protocol.hparams import HParam
+from ..protocol.messages import new_id
 from ..protocol.rundir import RunDir, read_json
 from ..protocol.states import JobState
-from ..transport.control import ControlClient
+from ..transport.control import ControlClient, result_of
 from ..transport.pubsub import CatchUp, Subscriber
 from . import history
 
@@ -142,7 +143,7 @@ class Job:
 
     # ---- control ---------------------------------------------------------------------------
     def _connect(self, timeout: float = 120.0) -> ControlClient:
-        if self._client is None:
+        if self._client is None:  # called under self._lock
             self._client = self._new_client(timeout)
         return self._client
 
@@ -170,16 +171,39 @@ class Job:
         state = self.state
         if state.terminal:
             self._raise_ended(state)
-        client = self._connect()
-        kw = {"timeout_s": COMMAND_TIMEOUT_S, "retries": COMMAND_RETRIES} if command else {}
         try:
+            if command:
+                return self._command_request(type_, content or {})
             with self._lock:
-                return client.request(type_, content, **kw)  # type: ignore[arg-type]
+                return self._connect().request(type_, content)
         except HpiTimeout:
             state = self.state
             if state.terminal:
                 self._raise_ended(state)
             raise
+
+    def _command_request(self, type_: str, content: dict[str, Any]) -> dict[str, Any]:
+        """A command waits for a step boundary, so it gets a socket of its own (queries from
+        other threads are not held up), and one that times out is withdrawn: a command that
+        raised on the client never applies later."""
+        client = self._new_client(timeout=120.0)
+        req_id = new_id()
+        try:
+            try:
+                return client.request(type_, content, timeout_s=COMMAND_TIMEOUT_S,
+                                      retries=COMMAND_RETRIES, req_id=req_id)
+            except HpiTimeout:
+                r = client.request("cancel", {"req_id": req_id}, timeout_s=5.0, retries=1)
+                if r.get("reply"):  # it applied just as we gave up
+                    return result_of(r["reply"])
+                if r.get("in_flight"):  # taken for this very boundary: the answer is coming
+                    return client.request(type_, content, timeout_s=COMMAND_TIMEOUT_S,
+                                          retries=1, req_id=req_id)
+                raise HpiTimeout(f"job {self.id} reached no step boundary in "
+                                 f"{COMMAND_TIMEOUT_S * (COMMAND_RETRIES + 1):.0f}s; the "
+                                 f"{type_} was withdrawn and not applied") from None
+        finally:
+            client.close()
 
     def set(self, values: dict[str, Any] | None = None, /, *, source: str = "api",
             **kwargs: Any) -> Ack:

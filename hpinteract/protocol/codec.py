@@ -83,9 +83,9 @@ class Codec:
         signature, header_b, content_b = rest
         if len(header_b) + len(content_b) > MAX_MESSAGE_BYTES:
             raise AuthError("message too large")
-        signed = [header_b, content_b] if not topic else [prefix[-1], header_b, content_b]
         if topic and not prefix:
             raise AuthError("published message without topic")
+        signed = [header_b, content_b] if not topic else [prefix[-1], header_b, content_b]
         if not hmac.compare_digest(self.sign(signed), bytes(signature)):
             raise AuthError("bad signature")
         try:

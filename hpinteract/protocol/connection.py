@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import ProtocolError
@@ -29,8 +29,8 @@ class ConnectionInfo:
     ip: str
     control_port: int
     pub_port: int
-    key: str
-    pid: int
+    key: str = field(repr=False)  # never in a repr: notebooks and tracebacks show reprs
+    pid: int = 0
     hostname: str = socket.gethostname()
     transport: str = "tcp"
     signature_scheme: str = "hmac-sha256"

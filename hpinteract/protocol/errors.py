@@ -53,6 +53,9 @@ class JobFailed(HpiError):
         super().__init__(message)
         self.rank = rank
 
+    def to_wire(self) -> dict[str, Any]:
+        return {**super().to_wire(), "rank": self.rank}
+
 
 class HpiTimeout(HpiError, TimeoutError):
     """The job did not answer in time (it may be busy, gone, or unreachable)."""
@@ -84,6 +87,7 @@ def error_from_wire(data: dict[str, Any]) -> HpiError:
     cls = _BY_NAME.get(str(data.get("type")), HpiError)
     message = str(data.get("message", "unknown error"))
     if cls is JobFailed:
-        return JobFailed(message)
+        rank = data.get("rank")
+        return JobFailed(message, rank=int(rank) if isinstance(rank, int) else None)
     field = data.get("field")
     return cls(message, field=str(field) if field is not None else None)

@@ -13,10 +13,6 @@ from typing import Any
 
 PROTOCOL_VERSION = "1.0"
 
-# Requests a client may send to the coordinator's ROUTER socket.
-REQUEST_TYPES = frozenset(
-    {"hello", "get", "set", "pause", "resume", "stop", "status", "history"}
-)
 REPLY = "reply"
 # The PUB socket's one topic: a batch of records (metrics and events, in seq order) per
 # coordinator cycle. One message per cycle, not per step, keeps the cost off the ranks' CPUs.

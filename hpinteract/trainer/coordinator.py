@@ -73,6 +73,8 @@ class Coordinator:
         self._status: dict[str, Any] = {"step": 0, "epoch": 0, "hparams": {}, "specs": {}}
         self._latest: dict[str, Any] = {}
         self._seq = 0
+        self._unapplied = 0  # commands queued or taken by the training thread, not yet applied
+        self._security = RateLimit(per_minute=30)
         self._batch: list[dict[str, Any]] = []  # records to publish at the end of this cycle
         self._waiting: dict[str, tuple[list[bytes], Message]] = {}  # req_id -> requester
         self._done: OrderedDict[str, dict[str, Any]] = OrderedDict()  # req_id -> reply
@@ -130,22 +132,29 @@ class Coordinator:
         poller.register(self._wake_r, zmq.POLLIN)
         running = True
         while running:
-            # 50 ms: live plots get 20 batches a second, and an idle job costs next to nothing.
-            ready = dict(poller.poll(50))
-            if self._wake_r in ready:
-                os.read(self._wake_r, 65536)
-            if self._server.socket in ready:
-                for _ in range(1000):  # bounded, so the outbox is never starved
-                    if not self._server.socket.poll(0):
-                        break
-                    self._serve_one()
-            running = self._drain()
-            self._publish()
-            self._metrics.flush()
-            self._events.flush()
-            if time.monotonic() - self._last_state_write > 2.0:
-                self._write_state()
+            try:
+                running = self._cycle(poller)
+            except Exception:  # the control plane must outlive any one bad cycle
+                log.exception("hpinteract coordinator: error in a cycle (continuing)")
         self._shutdown()
+
+    def _cycle(self, poller: zmq.Poller) -> bool:
+        # 50 ms: live plots get 20 batches a second, and an idle job costs next to nothing.
+        ready = dict(poller.poll(50))
+        if self._wake_r in ready:
+            os.read(self._wake_r, 65536)
+        if self._server.socket in ready:
+            for _ in range(1000):  # bounded, so the outbox is never starved
+                if not self._server.socket.poll(0):
+                    break
+                self._serve_one()
+        running = self._drain()
+        self._metrics.flush()  # on disk before it is published: metrics() sees what the
+        self._events.flush()  # stream showed, and a crash loses nothing a client has seen
+        self._publish()
+        if time.monotonic() - self._last_state_write > 2.0:
+            self._write_state()
+        return running
 
     def _drain(self) -> bool:
         while True:
@@ -163,8 +172,6 @@ class Coordinator:
                 self._write_state()
             elif kind == "state":
                 self._set_state(item[1], item[2], item[3])
-            elif kind == "event":
-                self._record_event(item[1])
             elif kind == "close":
                 self._final = (item[1], item[2])
                 return False
@@ -202,7 +209,7 @@ class Coordinator:
         if state == self._state:
             return
         self._state = state
-        if not self.pending:
+        if self._unapplied == 0:  # nothing queued or in flight could still change it
             self._intended = state
         self._record_event({"kind": "state", "state": state.value, "step": step, "source": source})
         self._write_state()
@@ -216,6 +223,7 @@ class Coordinator:
         })
 
     def _on_applied(self, cmd: Command, step: int) -> None:
+        self._unapplied -= 1
         reply: dict[str, Any] = {"ok": True, "change_id": cmd.id, "applied_at_step": step}
         if cmd.op == "set":
             reply["values"] = cmd.values
@@ -243,8 +251,11 @@ class Coordinator:
             identity, msg = self._server.recv()
         except Rejected as exc:
             log.warning("rejected a control message: %s", exc)
-            self._record_event({"kind": "security", "status": "rejected", "reason": str(exc)})
-            self._server.reply(exc.identity, None, {"ok": False, "error": exc.error.to_wire()})
+            if self._security.allow():  # a flood is counted, not logged line by line
+                self._record_event({"kind": "security", "status": "rejected",
+                                    "reason": str(exc), **self._security.suppressed()})
+                self._server.reply(exc.identity, None,
+                                   {"ok": False, "error": exc.error.to_wire()})
             return
         req_id = msg.header.req_id
         if req_id is not None and req_id in self._done:  # a retry of an answered request
@@ -254,7 +265,12 @@ class Coordinator:
             self._waiting[req_id] = (identity, msg)
             return
         try:
-            reply = self._handle(identity, msg)
+            try:
+                reply = self._handle(identity, msg)
+            except HpiError:
+                raise
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise InvalidCommand(f"malformed {msg.type!r} request: {exc}") from None
         except HpiError as exc:
             if msg.type == "set":
                 self._record_event({
@@ -272,10 +288,12 @@ class Coordinator:
             return {"ok": True, "job_id": self.run_dir.job_id, "state": self._state.value,
                     "world_size": self.world_size, "latest": self._latest, **self._status}
         if t == "history":
-            since = int(msg.content.get("since", 0))
-            limit = max(1, min(int(msg.content.get("limit", HISTORY_PAGE)), HISTORY_PAGE))
+            since = _int(msg.content, "since", 0)
+            limit = max(1, min(_int(msg.content, "limit", HISTORY_PAGE), HISTORY_PAGE))
             records, more = merge_pages([self._metrics, self._events], since, limit)
             return {"ok": True, "records": records, "more": more, "head": self._seq}
+        if t == "cancel":
+            return self._cancel(str(msg.content.get("req_id")))
         if t not in ALLOWED:
             raise InvalidCommand(f"unknown request type {t!r}")
         if self._intended not in ALLOWED[t]:
@@ -291,9 +309,31 @@ class Coordinator:
                           "stop": JobState.STOPPING}.get(t, self._intended)
         if cmd.req_id is not None:
             self._waiting[cmd.req_id] = (identity, msg)
+        self._unapplied += 1
         self.pending.append(cmd)
         self.command_ready.set()
         return None  # answered once applied, with the step
+
+    def _cancel(self, req_id: str) -> dict[str, Any]:
+        """A client gave up waiting: withdraw its command if it has not been taken yet, so
+        that a request that raised on the client never applies later."""
+        if req_id in self._done:
+            return {"ok": True, "cancelled": False, "reply": self._done[req_id]}
+        cmd = next((c for c in list(self.pending) if c.req_id == req_id), None)
+        if cmd is None:
+            return {"ok": True, "cancelled": False, "in_flight": req_id in self._waiting}
+        try:
+            self.pending.remove(cmd)
+        except ValueError:  # the training thread took it a moment ago
+            return {"ok": True, "cancelled": False, "in_flight": True}
+        self._waiting.pop(req_id, None)
+        self._unapplied -= 1
+        if self._unapplied == 0:
+            self._intended = self._state
+        if cmd.op == "set":
+            self._record_event({"kind": "change", "id": cmd.id, "source": cmd.source,
+                                "values": cmd.values, "status": "cancelled"})
+        return {"ok": True, "cancelled": True}
 
     def _shutdown(self) -> None:
         state, error = self._final
@@ -313,6 +353,37 @@ class Coordinator:
         self._pub.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+
+
+class RateLimit:
+    """At most ``per_minute`` events a minute; the rest are only counted."""
+
+    def __init__(self, per_minute: int) -> None:
+        self._per_minute = per_minute
+        self._window = 0.0
+        self._used = 0
+        self._dropped = 0
+
+    def allow(self) -> bool:
+        now = time.monotonic()
+        if now - self._window > 60.0:
+            self._window, self._used = now, 0
+        self._used += 1
+        if self._used > self._per_minute:
+            self._dropped += 1
+            return False
+        return True
+
+    def suppressed(self) -> dict[str, int]:
+        dropped, self._dropped = self._dropped, 0
+        return {"suppressed_before": dropped} if dropped else {}
+
+
+def _int(content: dict[str, Any], key: str, default: int) -> int:
+    value = content.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidCommand(f"{key!r} must be an integer, got {value!r}")
+    return value
 
 
 def _source(msg: Message) -> str:

@@ -74,8 +74,10 @@ class HpLoader:
         self.run, self.dataset = run, dataset
         self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
         self.options = options
+        self.size = len(dataset)
         self.position = 0  # samples of the current epoch's permutation already taken
-        self.epoch = -1
+        self.epoch = -1  # the epoch whose permutation is in use
+        self._run_epoch = -1
 
     def __len__(self) -> int:
         """Steps left in this epoch at the current batch size (a full epoch if none started)."""
@@ -96,8 +98,11 @@ class HpLoader:
 
     def __iter__(self) -> Iterator[Any]:
         run = self.run
-        if self.epoch != run.epoch:
+        if self._run_epoch != run.epoch:  # a new epoch of run.epochs()
+            self._run_epoch = run.epoch
             self.epoch, self.position = run.epoch, 0
+        elif self.position >= self.size:  # a plain `for epoch in range(n)` loop: count here
+            self.epoch, self.position = self.epoch + 1, 0
         perm = self.permutation(self.epoch)
         n = len(perm)
         version = -1

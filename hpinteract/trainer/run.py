@@ -8,6 +8,7 @@ counter, and only at a sync point joins the one small collective of `sync`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -108,7 +109,7 @@ class Run:
             self._post_status()
         self._prev_hook = sys.excepthook
         sys.excepthook = self._excepthook
-        atexit.register(self.finish)
+        atexit.register(self._at_exit)
 
     # ---- set-up ---------------------------------------------------------------------------
     def watch(self, model: Any, optimizer: Any, scheduler: Any | None = None) -> Any:
@@ -164,6 +165,9 @@ class Run:
                                    "time": time.time()}
             if loss is not None:
                 rec["loss"] = _scalar("loss", loss)
+            if not RESERVED.isdisjoint(metrics):
+                raise ConfigError(f"metric names {sorted(RESERVED & metrics.keys())} are "
+                                  "hpinteract's own: rename them (e.g. train_lr)")
             for k, v in metrics.items():
                 rec[k] = _scalar(k, v)
             if self._binding is not None:
@@ -174,7 +178,7 @@ class Run:
             rec["step_time"] = dt
             rec["data_time"] = max(0.0, self._batch_t - (now - dt))
             if self._loader is not None and self.total_epochs:
-                frac = self._loader.position / max(1, len(self._loader.dataset))
+                frac = self._loader.position / self._loader.size
                 rec["progress"] = min(1.0, (self.epoch + frac) / self.total_epochs)
             self._coord.post("metric", rec, wake=False)
             self._sync.observe_step(dt)
@@ -237,28 +241,43 @@ class Run:
     def finish(self, state: JobState = JobState.FINISHED, error: dict[str, Any] | None = None
                ) -> None:
         """Record the final state and close the control plane (called at exit if not before)."""
+        self._finish(state, error, together=True)
+
+    def _at_exit(self) -> None:
+        # The script ended without finish(): maybe on this rank only (sys.exit), so no
+        # collective here; a rank still training elsewhere would wait on it forever.
+        self._finish(JobState.FINISHED, None, together=False)
+
+    def _finish(self, state: JobState, error: dict[str, Any] | None, together: bool) -> None:
         if self._finished:
             return
         self._finished = True
-        atexit.unregister(self.finish)
+        atexit.unregister(self._at_exit)
         sys.excepthook = self._prev_hook
         if self._coord is not None:
             self._post_status()
             self._coord.close(state, error)
         self._rank_log.close()
-        if state == JobState.FINISHED:
+        if state == JobState.FINISHED and together:
             # Leave together: ranks that tear gloo down at different moments sometimes abort
             # at exit ("terminate called without an active exception"), failing a finished job.
-            torch.distributed.barrier(group=self._group)
-            torch.distributed.destroy_process_group(self._group)
-            if self.topology.created_group:
-                torch.distributed.destroy_process_group()
+            # A script that destroyed the process groups itself has nothing left to tear down.
+            with contextlib.suppress(RuntimeError, ValueError):
+                torch.distributed.barrier(group=self._group)
+                torch.distributed.destroy_process_group(self._group)
+                if self.topology.created_group:
+                    torch.distributed.destroy_process_group()
 
     def _excepthook(self, etype: Any, value: Any, tb: Any) -> None:
         error = {"rank": self.rank, "type": etype.__name__, "message": str(value),
                  "traceback": "".join(traceback.format_exception(etype, value, tb))}
-        self.finish(JobState.FAILED, error)
+        self._finish(JobState.FAILED, error, together=False)
         self._prev_hook(etype, value, tb)
+
+
+# Fields every metric record has; a user metric of the same name would corrupt the stream.
+RESERVED = frozenset({"seq", "kind", "step", "epoch", "time", "lr", "batch_size",
+                      "samples_per_s", "step_time", "data_time", "progress"})
 
 
 def _scalar(name: str, v: Any) -> Any:
@@ -266,7 +285,10 @@ def _scalar(name: str, v: Any) -> Any:
         if v.numel() != 1:
             raise ConfigError(f"metric {name!r} must be a scalar, got a tensor of shape "
                               f"{tuple(v.shape)}")
-        return v.detach()  # read on the coordinator thread: no device sync here
+        if v.device.type == "cpu":
+            return v.item()  # now: an accumulator updated in place must not report later
+        # A device tensor is copied asynchronously (no sync) and read by the coordinator.
+        return v.detach().clone()
     if isinstance(v, int | float | str | bool) or v is None:
         return v
     try:

@@ -22,6 +22,9 @@ class RunLog:
         self._index_existing()
         self._out: IO[str] = open(path, "a", buffering=1 << 16)  # noqa: SIM115 - held open
         self._end = path.stat().st_size
+        if self._end and not _ends_with_newline(path):
+            self._out.write("\n")  # end a line torn by a crash, or the next record joins it
+            self._end += 1
         self._dirty = False
 
     def _index_existing(self) -> None:
@@ -90,6 +93,12 @@ def merge_pages(
     page = records[:limit]
     last = int(page[-1]["seq"]) if page else since
     return page, any(lg.last_seq > last for lg in logs)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
 
 
 def last_seq(path: Path) -> int:

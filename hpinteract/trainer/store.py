@@ -30,11 +30,11 @@ class HParamStore:
         self._constraints: tuple[Constraint, ...] = ()
         self._effects: tuple[Callable[[dict[str, Any]], None], ...] = ()
 
-    def declare(self, name: str, spec: HParam, value: Any | None = None) -> None:
+    def declare(self, name: str, spec: HParam) -> None:
         """Add a hyper-parameter after init (e.g. lr read from a watched optimizer)."""
         specs = dict(self.specs)
         specs[name] = spec
-        self._values[name] = spec.default if value is None else spec.validate(name, value)
+        self._values[name] = spec.default
         self.versions.setdefault(name, 0)
         self.specs = specs
 

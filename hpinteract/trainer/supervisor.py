@@ -9,7 +9,6 @@ state: the coordinator on rank 0 cannot, when rank 0 is the one that died.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -22,7 +21,7 @@ from torch.distributed.run import run as torchrun
 
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
-from .runlog import last_seq
+from .runlog import RunLog, last_seq
 
 
 def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
@@ -65,8 +64,9 @@ def root_cause(failures: Mapping[int, Any]) -> tuple[int, Any]:
 def append_event(run_dir: RunDir, event: dict[str, Any]) -> None:
     """Append to the events log once rank 0's coordinator (its writer) has gone."""
     seq = 1 + max(last_seq(run_dir.metrics_log), last_seq(run_dir.events_log))
-    with open(run_dir.events_log, "a") as f:
-        f.write(json.dumps({"seq": seq, "time": time.time(), **event}) + "\n")
+    events = RunLog(run_dir.events_log)  # it ends a line torn by a crash before appending
+    events.append({"seq": seq, "time": time.time(), **event})
+    events.close()
 
 
 def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -> None:

@@ -8,6 +8,7 @@ message with the same request id, so the server can answer it without acting twi
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import time
 from typing import Any
@@ -21,8 +22,12 @@ from ..protocol.messages import REPLY, Message, make_message, new_id
 log = logging.getLogger(__name__)
 
 
-def bind_loopback(sock: zmq.Socket[Any], ip: str = "127.0.0.1") -> int:
-    """Bind to a free port on ``ip`` (loopback unless the user asked otherwise)."""
+def bind_random_port(sock: zmq.Socket[Any], ip: str = "127.0.0.1") -> int:
+    """Bind to a free port on ``ip``: loopback unless the job was told otherwise."""
+    if not ipaddress.ip_address(ip).is_loopback:
+        # Remote use is explicit (hpi.init(ip=...)), and still worth a warning: messages are
+        # signed, not encrypted; prefer an SSH tunnel to the loopback port.
+        log.warning("hpinteract: binding control sockets to non-loopback address %s", ip)
     port: int = sock.bind_to_random_port(f"tcp://{ip}")
     return port
 
@@ -44,7 +49,7 @@ class ControlServer:
         self.socket = ctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self.socket.setsockopt(zmq.LINGER, 500)
-        self.port = bind_loopback(self.socket, ip)
+        self.port = bind_random_port(self.socket, ip)
         self.session = new_id()
 
     def recv(self) -> tuple[list[bytes], Message]:
@@ -75,7 +80,6 @@ class ControlClient:
     ) -> None:
         self._ctx = ctx
         self._url = url
-        self._key = key
         self.codec = Codec(key)
         self.session = new_id()
         self.timeout_s = timeout_s
@@ -99,11 +103,11 @@ class ControlClient:
 
     def request(
         self, type_: str, content: dict[str, Any] | None = None, *,
-        timeout_s: float | None = None, retries: int | None = None,
+        timeout_s: float | None = None, retries: int | None = None, req_id: str | None = None,
     ) -> dict[str, Any]:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         attempts = 1 + (self.retries if retries is None else retries)
-        req_id = new_id()
+        req_id = req_id or new_id()
         for _ in range(attempts):
             msg = make_message(type_, content or {}, session=self.session, req_id=req_id)
             sock = self._socket()
@@ -120,7 +124,7 @@ class ControlClient:
                     continue
                 if reply.header.req_id != req_id:
                     continue  # a late answer to an earlier request
-                return _result(reply.content)
+                return result_of(reply.content)
             self._reset()
         raise HpiTimeout(
             f"no reply to {type_!r} from {self._url} after {attempts} tries of {timeout:g}s"
@@ -130,7 +134,7 @@ class ControlClient:
         self._reset()
 
 
-def _result(content: dict[str, Any]) -> dict[str, Any]:
+def result_of(content: dict[str, Any]) -> dict[str, Any]:
     if content.get("ok", False):
         return content
     err = content.get("error")

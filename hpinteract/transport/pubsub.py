@@ -20,7 +20,7 @@ import zmq
 from ..protocol.codec import MAX_MESSAGE_BYTES, Codec
 from ..protocol.errors import HpiError
 from ..protocol.messages import TOPIC_RECORDS, make_message, new_id
-from .control import bind_loopback
+from .control import bind_random_port
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class Publisher:
         self.codec = Codec(key)
         self.socket = ctx.socket(zmq.PUB)
         self.socket.setsockopt(zmq.LINGER, 200)
-        self.port = bind_loopback(self.socket, ip)
+        self.port = bind_random_port(self.socket, ip)
         self.session = new_id()
 
     def publish(self, records: list[Record]) -> None:
@@ -89,11 +89,16 @@ class CatchUp:
         more = True
         while more:
             records, more = self._fetch(self.last_seq)
+            progressed = False
             for rec in records:
-                if rec["seq"] > self.last_seq:
-                    self.last_seq = rec["seq"]
-                    yield rec
-            if not records:
+                if rec["seq"] != self.last_seq + 1:
+                    if rec["seq"] <= self.last_seq:
+                        continue
+                    return  # a hole (a line not yet flushed): live records will fill it
+                self.last_seq = rec["seq"]
+                progressed = True
+                yield rec
+            if not progressed:
                 break
 
     def __call__(self, timeout_s: float = 1.0) -> Iterator[Record]:

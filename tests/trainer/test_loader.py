@@ -71,11 +71,15 @@ def test_the_remainder_is_shared_equally_or_dropped():
 def test_same_permutation_on_every_rank_and_new_one_each_epoch():
     r0, r1 = fake_run(0, 2, 10), fake_run(1, 2, 10)
     l0, l1 = HpLoader(r0, Indexed(40), seed=7), HpLoader(r1, Indexed(40), seed=7)
-    e0 = [i for b in l0 for i in b.tolist()] + [i for b in l1 for i in b.tolist()]
-    assert sorted(e0) == list(range(40))
     first = [b.tolist() for b in l0]
-    r0.epoch = 1
-    assert [b.tolist() for b in l0] != first
+    e0 = [i for b in first for i in b] + [i for b in l1 for i in b.tolist()]
+    assert sorted(e0) == list(range(40))
+    # A plain `for epoch in range(n)` loop: each pass is a new epoch, reshuffled.
+    second = [b.tolist() for b in l0]
+    assert second != first and len(sum(second, [])) == len(sum(first, []))
+    # Under run.epochs() the run's epoch picks the permutation.
+    r0.epoch = 5
+    assert [i for b in l0 for i in b.tolist()][:5] == l0.permutation(5)[:5].tolist()
 
 
 def test_stop_ends_the_epoch():
