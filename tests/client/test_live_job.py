@@ -13,17 +13,25 @@ import sys
 import time
 from collections import Counter
 
+import pandas as pd
 import pytest
 import zmq
 from helpers import TOY, trace, wait_for_step
 
 import hpinteract as hpi
+import hpinteract.client.job as job_module
 from hpinteract.protocol.codec import Codec
 from hpinteract.protocol.connection import ConnectionInfo
 from hpinteract.protocol.messages import make_message
 
 N, BATCH = 2048, 16  # 128 steps per epoch at the start
 ACKS: list[tuple[hpi.Ack, dict]] = []
+
+
+def observed(row: dict, name: str):
+    """What a rank's trace shows for a hyper-parameter at one step."""
+    return {"lr": row["lr"], "batch_size": row["local_batch"] * 2, "dropout": row["dropout"],
+            "note": row["note_len"]}[name]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +61,10 @@ def test_batch_size_change_mid_epoch_keeps_the_epoch(job):
             break
         time.sleep(0.01)
     ack = job.set(batch_size=32)
+    while ack.applied_at_step % steps_per_epoch == 0:  # landed on an epoch boundary: again
+        job.set(batch_size=BATCH)
+        wait_for_step(job, wait_for_step(job, 0) + 3 * steps_per_epoch // 2)
+        ack = job.set(batch_size=32)
     ACKS.append((ack, {"batch_size": 32}))
     assert job.hparams["batch_size"] == 32
     wait_for_step(job, ack.applied_at_step + steps_per_epoch)  # let that epoch finish
@@ -81,8 +93,9 @@ def test_invalid_input_is_rejected_by_name_and_nothing_applies(job, values, erro
     assert exc.value.field == field
     assert words in str(exc.value)
     assert job.hparams == before  # in particular lr=0.9 of the last case did not apply
-    events = job.events()
-    assert "rejected" in set(events["status"].dropna())
+    last = job.events().query("kind == 'change'").iloc[-1]
+    assert last["status"] == "rejected"
+    assert last["field"] == field if field else pd.isna(last["field"])
 
 
 def test_a_command_the_state_does_not_allow_is_rejected(job):
@@ -93,11 +106,10 @@ def test_a_command_the_state_does_not_allow_is_rejected(job):
 def test_pause_holds_every_rank_and_resume_continues(job):
     ack = job.pause()
     assert job.state == hpi.JobState.PAUSED
-    time.sleep(0.3)
-    held = job.status()["latest"]["step"]
+    held = wait_for_step(job, ack.applied_at_step - 1)
+    assert held == ack.applied_at_step - 1  # the last step before the boundary, no further
     time.sleep(0.5)
     assert job.status()["latest"]["step"] == held
-    assert held == ack.applied_at_step - 1  # the last step before the boundary
     change = job.set(lr=0.03)  # applies at the paused boundary
     assert change.applied_at_step == ack.applied_at_step
     ACKS.append((change, {"lr": 0.03}))
@@ -201,10 +213,32 @@ def test_forged_and_replayed_messages_are_rejected_and_never_applied(job):
     assert len(sec) >= 3
 
 
+def test_a_change_longer_than_the_control_word_reaches_every_rank(job):
+    ack = job.set(note="x" * 3000)  # > 1 KiB: the second broadcast round
+    ACKS.append((ack, {"note": 3000}))
+    assert len(job.hparams["note"]) == 3000
+
+
+def test_a_command_that_times_out_is_withdrawn_and_never_applies(job, monkeypatch):
+    job.set(sleep=3.0)  # slow steps: the next boundary is seconds away
+    monkeypatch.setattr(job_module, "COMMAND_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(job_module, "COMMAND_RETRIES", 0)
+    with pytest.raises(hpi.HpiTimeout, match="withdrawn and not applied"):
+        job.set(lr=0.077)
+    monkeypatch.undo()
+    job.set(sleep=0.004)  # waits for the slow step's boundary
+    assert job.hparams["lr"] != 0.077
+    ev = job.events().query("kind == 'change'")
+    assert "cancelled" in set(ev["status"])
+    assert not any(v == {"lr": 0.077} for v in ev.query("status == 'applied'")["values"])
+
+
 def test_stop_ends_every_rank_at_one_step_and_every_change_applied_where_acked(job):
     ack = job.set(lr=0.011)
     ACKS.append((ack, {"lr": 0.011}))
-    stop = job.stop()
+    pause = job.pause()
+    stop = job.stop()  # while paused
+    assert stop.applied_at_step == pause.applied_at_step
     assert job.wait(60) == hpi.JobState.FINISHED
     t0, t1 = trace(job, 0), trace(job, 1)
     assert [r["step"] for r in t0] == [r["step"] for r in t1] == list(range(len(t0)))
@@ -213,13 +247,9 @@ def test_stop_ends_every_rank_at_one_step_and_every_change_applied_where_acked(j
         s = change.applied_at_step
         for t in (t0, t1):
             for name, v in values.items():
-                got = {"lr": t[s]["lr"], "batch_size": t[s]["local_batch"] * 2,
-                       "dropout": t[s]["dropout"]}[name]
-                assert got == pytest.approx(v), (name, s)
-                if s > 0:
-                    prev = {"lr": t[s - 1]["lr"], "batch_size": t[s - 1]["local_batch"] * 2,
-                            "dropout": t[s - 1]["dropout"]}[name]
-                    assert prev != pytest.approx(v) or name == "lr", (name, s)
+                assert observed(t[s], name) == pytest.approx(v), (name, s)
+                if s > 0:  # and not one step early
+                    assert observed(t[s - 1], name) != pytest.approx(v), (name, s)
     # The batch-size change: within its epoch every sample was used exactly once.
     bs_ack = next(a for a, v in ACKS if "batch_size" in v)
     epoch = t0[bs_ack.applied_at_step]["epoch"]

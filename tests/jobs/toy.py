@@ -30,6 +30,7 @@ run = hpi.init(
     specs={
         "dropout": hpi.HParam(0.1, low=0.0, high=0.9, doc="a user hyper-parameter"),
         "mode": hpi.HParam("a", choices=("a", "b")),
+        "note": hpi.HParam("", doc="free text: a long one takes the control word's second round"),
     },
 )
 
@@ -65,7 +66,8 @@ for epoch in run.epochs(a.epochs):
         opt.step()
         trace.append({"step": step, "epoch": epoch, "lr": opt.param_groups[0]["lr"],
                       "local_batch": len(idx), "idx": idx.tolist(),
-                      "dropout": run.hp["dropout"], "mode": run.hp["mode"]})
+                      "dropout": run.hp["dropout"], "mode": run.hp["mode"],
+                      "note_len": len(run.hp["note"])})
         time.sleep(run.hp["sleep"])
         run.step(loss=loss, acc=(model(x).argmax(1) == y).float().mean())
 
