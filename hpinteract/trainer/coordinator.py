@@ -18,7 +18,6 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
@@ -30,26 +29,13 @@ from ..protocol.rundir import RunDir, atomic_write_json
 from ..protocol.states import ALLOWED, JobState
 from ..transport.control import ControlServer, Rejected
 from ..transport.pubsub import Publisher
+from .commands import Command, RateLimit, int_field, source_of
 from .runlog import RunLog, merge_pages
 
 log = logging.getLogger(__name__)
 
 Validate = Callable[[dict[str, Any]], dict[str, Any]]
 HISTORY_PAGE = 20_000
-
-
-@dataclass
-class Command:
-    """A validated command waiting for the next step boundary."""
-
-    op: str  # set | pause | resume | stop
-    id: str
-    source: str
-    values: dict[str, Any] = field(default_factory=dict)
-    req_id: str | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"op": self.op, "id": self.id, "source": self.source, "values": self.values}
 
 
 class Coordinator:
@@ -274,7 +260,7 @@ class Coordinator:
         except HpiError as exc:
             if msg.type == "set":
                 self._record_event({
-                    "kind": "change", "id": new_id(), "source": _source(msg),
+                    "kind": "change", "id": new_id(), "source": source_of(msg),
                     "values": msg.content.get("values"), "status": "rejected",
                     "error": exc.message, "field": exc.field,
                 })
@@ -288,8 +274,8 @@ class Coordinator:
             return {"ok": True, "job_id": self.run_dir.job_id, "state": self._state.value,
                     "world_size": self.world_size, "latest": self._latest, **self._status}
         if t == "history":
-            since = _int(msg.content, "since", 0)
-            limit = max(1, min(_int(msg.content, "limit", HISTORY_PAGE), HISTORY_PAGE))
+            since = int_field(msg.content, "since", 0)
+            limit = max(1, min(int_field(msg.content, "limit", HISTORY_PAGE), HISTORY_PAGE))
             records, more = merge_pages([self._metrics, self._events], since, limit)
             return {"ok": True, "records": records, "more": more, "head": self._seq}
         if t == "cancel":
@@ -304,7 +290,7 @@ class Coordinator:
             if not isinstance(raw, dict):
                 raise InvalidCommand("set needs a 'values' object")
             values = self._validate(raw)
-        cmd = Command(t, new_id(), _source(msg), values, msg.header.req_id)
+        cmd = Command(t, new_id(), source_of(msg), values, msg.header.req_id)
         self._intended = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
                           "stop": JobState.STOPPING}.get(t, self._intended)
         if cmd.req_id is not None:
@@ -353,39 +339,3 @@ class Coordinator:
         self._pub.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
-
-
-class RateLimit:
-    """At most ``per_minute`` events a minute; the rest are only counted."""
-
-    def __init__(self, per_minute: int) -> None:
-        self._per_minute = per_minute
-        self._window = 0.0
-        self._used = 0
-        self._dropped = 0
-
-    def allow(self) -> bool:
-        now = time.monotonic()
-        if now - self._window > 60.0:
-            self._window, self._used = now, 0
-        self._used += 1
-        if self._used > self._per_minute:
-            self._dropped += 1
-            return False
-        return True
-
-    def suppressed(self) -> dict[str, int]:
-        dropped, self._dropped = self._dropped, 0
-        return {"suppressed_before": dropped} if dropped else {}
-
-
-def _int(content: dict[str, Any], key: str, default: int) -> int:
-    value = content.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidCommand(f"{key!r} must be an integer, got {value!r}")
-    return value
-
-
-def _source(msg: Message) -> str:
-    src = msg.content.get("source", "api")
-    return str(src)[:64] if src else "api"

@@ -24,7 +24,8 @@ from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import BUILTINS, HParam, build_specs
 from ..protocol.rundir import RunDir, read_json
 from ..protocol.states import JobState
-from .coordinator import Command, Coordinator
+from .commands import Command
+from .coordinator import Coordinator
 from .distributed import Topology, control_group, ensure_process_group
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import HpLoader
