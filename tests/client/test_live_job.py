@@ -213,6 +213,21 @@ def test_forged_and_replayed_messages_are_rejected_and_never_applied(job):
     assert len(sec) >= 3
 
 
+def test_one_job_shared_by_threads_neither_hangs_nor_mixes_replies(job):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def query(_):
+        return [job.status()["job_id"] for _ in range(20)]
+
+    with ThreadPoolExecutor(4) as pool:
+        queries = [pool.submit(query, i) for i in range(3)]
+        change = pool.submit(job.set, dropout=0.35)
+        assert all(q.result(timeout=60) == [job.id] * 20 for q in queries)
+        ack = change.result(timeout=60)
+    ACKS.append((ack, {"dropout": 0.35}))
+    assert job.hparams["dropout"] == 0.35
+
+
 def test_a_change_longer_than_the_control_word_reaches_every_rank(job):
     ack = job.set(note="x" * 3000)  # > 1 KiB: the second broadcast round
     ACKS.append((ack, {"note": 3000}))
