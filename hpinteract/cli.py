@@ -212,9 +212,7 @@ def cmd_logs(a: Namespace) -> int:
     offsets: dict[str, int] = {}
     while True:
         ended = job.state.terminal
-        paths = [job.run_dir.supervisor_log] if a.rank is None else sorted(
-            job.log_paths(a.rank))
-        for p in filter(os.path.exists, paths):
+        for p in filter(os.path.exists, job.log_paths(a.rank)):
             with open(p, "rb") as f:
                 f.seek(offsets.setdefault(str(p), 0))
                 sys.stdout.buffer.write(data := f.read())

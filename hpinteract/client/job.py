@@ -96,13 +96,22 @@ class Job:
         return state
 
     def _alive(self, st: dict[str, Any]) -> bool:
+        running = self._supervisor_running()
+        if running is None:  # started by plain torchrun: rank 0's process is the job's life
+            running = self._process_alive(st.get("pid"))
+        return running is not False
+
+    def _process_alive(self, pid: Any) -> bool | None:
+        """Whether a process of this job runs; None when that cannot be known from here (no
+        pid, or another machine's job: its state file is all we can know)."""
+        if pid is None or self.spec.get("hostname", socket.gethostname()) != socket.gethostname():
+            return None
+        return _pid_alive(int(pid))
+
+    def _supervisor_running(self) -> bool | None:
         if self._proc is not None:
-            return self._proc.poll() is None
-        spec = self.spec
-        if spec.get("hostname", socket.gethostname()) != socket.gethostname():
-            return True  # another machine's job: its state file is all we can know
-        pid = spec.get("supervisor_pid") or st.get("pid")
-        return pid is None or _pid_alive(int(pid))
+            return self._proc.poll() is None  # polling also reaps it
+        return self._process_alive(self.spec.get("supervisor_pid"))
 
     @property
     def error(self) -> JobError | None:
@@ -129,16 +138,8 @@ class Job:
 
     def _wait_supervisor(self, timeout: float = 30.0) -> None:
         """Let the supervisor finish recording the end (the root-cause rank of a failure)."""
-        if self._proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout)
-            return
-        spec = self.spec
-        pid = spec.get("supervisor_pid")
-        if pid is None or spec.get("hostname") != socket.gethostname():
-            return
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _pid_alive(int(pid)):
+        while self._supervisor_running() and time.monotonic() < deadline:
             time.sleep(0.05)
 
     # ---- control ---------------------------------------------------------------------------

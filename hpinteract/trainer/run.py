@@ -239,10 +239,10 @@ class Run:
         })
 
     # ---- the end ---------------------------------------------------------------------------
-    def finish(self, state: JobState = JobState.FINISHED, error: dict[str, Any] | None = None
-               ) -> None:
-        """Record the final state and close the control plane (called at exit if not before)."""
-        self._finish(state, error, together=True)
+    def finish(self) -> None:
+        """Record that the job finished and close the control plane; call it on every rank
+        (at exit it is done for you, without the final rendezvous of the ranks)."""
+        self._finish(JobState.FINISHED, None, together=True)
 
     def _at_exit(self) -> None:
         # The script ended without finish(): maybe on this rank only (sys.exit), so no
