@@ -8,7 +8,8 @@ from pathlib import Path
 
 import hpinteract as hpi
 
-TOY = Path(__file__).parent / "jobs" / "toy.py"
+JOBS = Path(__file__).parent / "jobs"
+TOY = JOBS / "toy.py"
 
 
 def wait_for_step(job: hpi.Job, step: int, timeout: float = 90.0) -> int:

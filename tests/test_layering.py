@@ -13,8 +13,8 @@ PKG = Path(__file__).parents[1] / "hpinteract"
 ALLOWED = {
     "protocol": {"protocol"},
     "transport": {"protocol", "transport"},
-    "trainer": {"protocol", "transport", "trainer"},
-    "client": {"protocol", "transport", "client"},
+    "trainer": {"protocol", "transport", "policies", "trainer"},
+    "client": {"protocol", "transport", "policies", "client"},
     "policies": {"protocol", "policies"},
     "notebook": {"protocol", "transport", "client", "policies", "notebook"},
     "server": {"protocol", "transport", "client", "policies", "server"},

@@ -128,7 +128,18 @@ BUILTINS: dict[str, HParam] = {
     "momentum": HParam(0.0, low=0.0, high=1.0, doc="SGD momentum, or Adam's beta1"),
     "weight_decay": HParam(0.0, low=0.0, doc="weight decay of the groups that decay"),
     "batch_size": HParam(32, low=1, doc="global batch: samples per step over all ranks"),
+    "micro_batch": HParam(8, low=1, doc="samples per rank and forward/backward (a memory "
+                          "bound); accumulation steps = batch_size / (micro_batch x ranks)"),
+    "lr_scaling": HParam("none", choices=("none", "linear", "sqrt", "adascale"),
+                         doc="how lr follows a batch_size change, whoever makes it"),
+    "monitor_gns": HParam(0, low=0, doc="gradient noise scale monitor: every N steps (0: off)"),
+    "gns_smoothing": HParam(0.95, low=0.0, high=0.9999,
+                            doc="EMA factor of the noise-scale monitor's two sums"),
+    "monitor_ranks": HParam(100, low=0, doc="per-rank step and data-wait times: every N "
+                            "steps (0: off)"),
 }
+# Declared in every job (the monitors) or with batch_size (its scaling rule).
+MONITORS = ("monitor_gns", "gns_smoothing", "monitor_ranks")
 
 
 def build_specs(

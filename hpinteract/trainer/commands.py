@@ -17,14 +17,22 @@ from ..protocol.messages import Message
 class Command:
     """A validated command waiting for the next step boundary."""
 
-    op: str  # set | pause | resume | stop
+    op: str  # set | pause | resume | stop, and from policies: rollback | guard
     id: str
     source: str
     values: dict[str, Any] = field(default_factory=dict)
     req_id: str | None = None
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)  # an op's own arguments
+    # False for commands made on rank 0's training thread (lr_scaling): the coordinator did
+    # not count them among those it queued.
+    tracked: bool = True
 
     def to_wire(self) -> dict[str, Any]:
-        return {"op": self.op, "id": self.id, "source": self.source, "values": self.values}
+        wire = {"op": self.op, "id": self.id, "source": self.source, "values": self.values}
+        if self.extra:
+            wire["extra"] = self.extra
+        return wire
 
 
 class RateLimit:
@@ -61,3 +69,31 @@ def int_field(content: dict[str, Any], key: str, default: int) -> int:
 def source_of(msg: Message) -> str:
     src = msg.content.get("source", "api")
     return str(src)[:64] if src else "api"
+
+
+def reason_of(content: dict[str, Any]) -> str:
+    reason = content.get("reason", "")
+    return str(reason)[:500] if reason else ""
+
+
+NOTE_STATUSES = ("decided", "failed", "suspended", "enabled", "rejected", "added", "removed",
+                 "disabled")
+
+
+def note_of(content: dict[str, Any]) -> dict[str, Any]:
+    """A client policy's notice, checked field by field: only short strings are kept."""
+    status = content.get("status")
+    if status not in NOTE_STATUSES:
+        raise InvalidCommand(f"a note's status must be one of {list(NOTE_STATUSES)}, "
+                             f"got {status!r}")
+    note: dict[str, Any] = {"kind": "policy", "where": "client", "status": status}
+    for key, limit in (("policy", 64), ("reason", 500), ("error", 8000)):
+        value = content.get(key)
+        if value is not None:
+            if not isinstance(value, str):
+                raise InvalidCommand(f"a note's {key!r} must be a string")
+            note[key] = value[:limit]
+    step = content.get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        note["step"] = step
+    return note

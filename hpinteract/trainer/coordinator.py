@@ -29,18 +29,21 @@ from ..protocol.rundir import RunDir, atomic_write_json
 from ..protocol.states import ALLOWED, JobState
 from ..transport.control import ControlServer, Rejected
 from ..transport.pubsub import Publisher
-from .commands import Command, RateLimit, int_field, source_of
+from .commands import Command, RateLimit, int_field, note_of, reason_of, source_of
+from .policy_host import JobPolicies
 from .runlog import RunLog, merge_pages
 
 log = logging.getLogger(__name__)
 
 Validate = Callable[[dict[str, Any]], dict[str, Any]]
 HISTORY_PAGE = 20_000
+POLICY_REQUESTS = ("policies", "add_policy", "remove_policy", "enable_policy")
 
 
 class Coordinator:
     def __init__(
-        self, run_dir: RunDir, *, validate: Validate, world_size: int, ip: str = "127.0.0.1"
+        self, run_dir: RunDir, *, validate: Validate, world_size: int, ip: str = "127.0.0.1",
+        policies: list[Any] | None = None,
     ) -> None:
         self.run_dir = run_dir
         self._validate = validate
@@ -65,6 +68,10 @@ class Coordinator:
         self._waiting: dict[str, tuple[list[bytes], Message]] = {}  # req_id -> requester
         self._done: OrderedDict[str, dict[str, Any]] = OrderedDict()  # req_id -> reply
         self._last_state_write = 0.0
+        self._fresh: list[dict[str, Any]] = []  # metric records of this cycle, for policies
+        self.policies = JobPolicies(world_size, validate=validate, submit=self._enqueue,
+                                    record=self._record_event)
+        self.policies.add_initial(policies or [])
         self.info: ConnectionInfo | None = None
 
     # ---- called from the training thread -------------------------------------------------
@@ -147,6 +154,9 @@ class Coordinator:
             try:
                 item = self._outbox.get_nowait()
             except queue.Empty:
+                if self._fresh:
+                    records, self._fresh = self._fresh, []
+                    self.policies.on_records(records)
                 return True
             kind = item[0]
             if kind == "metric":
@@ -155,9 +165,12 @@ class Coordinator:
                 self._on_applied(item[1], item[2])
             elif kind == "status":
                 self._status.update(item[1])
+                self.policies.on_status(item[1])
                 self._write_state()
             elif kind == "state":
                 self._set_state(item[1], item[2], item[3])
+            elif kind == "event":
+                self._record_event(item[1])
             elif kind == "close":
                 self._final = (item[1], item[2])
                 return False
@@ -174,6 +187,9 @@ class Coordinator:
             rec[k] = v if isinstance(v, int | float | str | bool) or v is None else float(v)
         self._metrics.append(rec)
         self._batch.append(rec)
+        self._fresh.append(rec)
+        if rec.get("eval"):
+            return  # an evaluation: not the latest training step
         self._latest = rec
         self._status["step"] = int(record.get("step", 0)) + 1
         self._status["epoch"] = rec.get("epoch", 0)
@@ -209,16 +225,22 @@ class Coordinator:
         })
 
     def _on_applied(self, cmd: Command, step: int) -> None:
-        self._unapplied -= 1
+        if cmd.tracked:
+            self._unapplied -= 1
         reply: dict[str, Any] = {"ok": True, "change_id": cmd.id, "applied_at_step": step}
-        if cmd.op == "set":
+        why = {"reason": cmd.reason} if cmd.reason else {}
+        if cmd.op == "rollback":
+            self._record_event({"kind": "rollback", "id": cmd.id, "source": cmd.source,
+                                "step": step, **cmd.extra, **why})
+        if cmd.op in ("set", "rollback") and cmd.values:
             reply["values"] = cmd.values
             self._record_event({
                 "kind": "change", "id": cmd.id, "source": cmd.source, "values": cmd.values,
-                "status": "applied", "applied_at_step": step,
+                "status": "applied", "applied_at_step": step, **why,
             })
         else:
             reply["state"] = cmd.op
+        self.policies.on_applied(cmd, step)
         self._finish_request(cmd.req_id, reply)
 
     def _finish_request(self, req_id: str | None, reply: dict[str, Any]) -> None:
@@ -280,9 +302,14 @@ class Coordinator:
             return {"ok": True, "records": records, "more": more, "head": self._seq}
         if t == "cancel":
             return self._cancel(str(msg.content.get("req_id")))
+        if t in POLICY_REQUESTS:
+            return self.policies.handle(t, msg.content)
+        if t == "note":  # a client-side policy's decision or failure, for the events log
+            self._record_event(note_of(msg.content))
+            return {"ok": True}
         if t not in ALLOWED:
             raise InvalidCommand(f"unknown request type {t!r}")
-        if self._intended not in ALLOWED[t]:
+        if self._intended not in ALLOWED[t]:  # before validating: the state is the news
             raise InvalidState(f"cannot {t} a job that is {self._intended.value}")
         values: dict[str, Any] = {}
         if t == "set":
@@ -290,15 +317,22 @@ class Coordinator:
             if not isinstance(raw, dict):
                 raise InvalidCommand("set needs a 'values' object")
             values = self._validate(raw)
-        cmd = Command(t, new_id(), source_of(msg), values, msg.header.req_id)
-        self._intended = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
-                          "stop": JobState.STOPPING}.get(t, self._intended)
+        cmd = Command(t, new_id(), source_of(msg), values, msg.header.req_id,
+                      reason=reason_of(msg.content))
         if cmd.req_id is not None:
             self._waiting[cmd.req_id] = (identity, msg)
+        self._enqueue(cmd)
+        return None  # answered once applied, with the step
+
+    def _enqueue(self, cmd: Command) -> None:
+        """Queue a validated command (a client's or a policy's) for the next step boundary."""
+        if cmd.op in ALLOWED and self._intended not in ALLOWED[cmd.op]:
+            raise InvalidState(f"cannot {cmd.op} a job that is {self._intended.value}")
+        self._intended = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
+                          "stop": JobState.STOPPING}.get(cmd.op, self._intended)
         self._unapplied += 1
         self.pending.append(cmd)
         self.command_ready.set()
-        return None  # answered once applied, with the step
 
     def _cancel(self, req_id: str) -> dict[str, Any]:
         """A client gave up waiting: withdraw its command if it has not been taken yet, so

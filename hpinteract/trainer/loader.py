@@ -3,21 +3,24 @@
 Runs in: every rank's training thread (plus the DataLoader's own worker processes).
 Semantics: one permutation per epoch, seeded by (seed, epoch) and so the same on every
 rank; each step takes the next ``batch_size`` samples of it and gives rank r its slice of
-``batch_size / world_size``. When batch_size changes mid-epoch the loader continues the
-same permutation from the first sample not yet taken: no sample repeats and none is
-skipped. Prefetched batches of the old size are discarded, never consumed, because the
-underlying DataLoader iterator is rebuilt at the position actually reached.
+``batch_size / world_size``, as one batch or (with ``micro_batch``) as micro-batches.
+When batch_size changes mid-epoch the loader continues the same permutation from the first
+sample not yet taken: no sample repeats and none is skipped. Prefetched batches of the old
+size are discarded, never consumed, because the underlying DataLoader iterator is rebuilt
+at the position actually reached.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sized
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from ..protocol.errors import ConfigError
+from .batching import micro_chunks, plan_of
 
 if TYPE_CHECKING:
     from .run import Run
@@ -26,16 +29,18 @@ _REJECTED = ("batch_size", "sampler", "batch_sampler")
 
 
 class _Slices(Sampler[list[int]]):  # type: ignore[misc]  # torch is untyped for mypy here
-    """Batches of this rank's indices: perm[start + k*B + r*b : ... + b] for k = 0, 1, ..."""
+    """This rank's micro-batches: step k takes perm[start + k*B + r*b : ... + b] and splits
+    it into micro-batches of ``micro`` samples (one micro-batch without accumulation)."""
 
     def __init__(
         self, perm: torch.Tensor, start: int, global_batch: int, rank: int, world: int,
-        drop_last: bool,
+        drop_last: bool, micro: int | None = None,
     ) -> None:
         self.perm, self.start, self.B = perm, start, global_batch
         self.rank, self.world, self.drop_last = rank, world, drop_last
+        self.micro = micro
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def plan(self) -> Iterator[tuple[list[int], Micro]]:
         n = len(self.perm)
         for s in range(self.start, n, self.B):
             take = min(self.B, n - s)
@@ -45,10 +50,30 @@ class _Slices(Sampler[list[int]]):  # type: ignore[misc]  # torch is untyped for
             if b == 0:
                 return
             lo = s + self.rank * b
-            yield self.perm[lo : lo + b].tolist()
+            local = self.perm[lo : lo + b].tolist()
+            chunks = micro_chunks(local, self.micro or b)
+            for i, chunk in enumerate(chunks):
+                yield chunk, Micro(i, len(chunks), len(chunk) / b, take)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (chunk for chunk, _ in self.plan())
 
     def __len__(self) -> int:
         return steps_in(len(self.perm) - self.start, self.B, self.world, self.drop_last)
+
+
+@dataclass(frozen=True, slots=True)
+class Micro:
+    """Where a micro-batch sits in its step: index, count, weight (its share of the rank's
+    samples, by which its mean loss is scaled) and the step's global sample count."""
+
+    index: int
+    count: int
+    weight: float
+    take: int
+
+
+ONE = Micro(0, 1, 1.0, 0)
 
 
 def steps_in(remaining: int, global_batch: int, world: int, drop_last: bool) -> int:
@@ -105,22 +130,29 @@ class HpLoader:
             self.epoch, self.position = self.epoch + 1, 0
         perm = self.permutation(self.epoch)
         n = len(perm)
-        version = -1
+        versions: tuple[int, ...] = ()
         it: Iterator[Any] | None = None
+        plan: Iterator[tuple[list[int], Micro]] = iter(())
         while self.position < n and not run.should_stop:
-            if it is None or run.store.versions.get("batch_size", 0) != version:
-                version = run.store.versions.get("batch_size", 0)
-                B = self._batch()
-                sampler = _Slices(perm, self.position, B, run.rank, run.world_size,
-                                  self.drop_last)
+            now = (run.store.versions.get("batch_size", 0),
+                   run.store.versions.get("micro_batch", 0))
+            if it is None or now != versions:  # only ever between steps (a sync point)
+                versions = now
+                micro, _ = plan_of(run.hp, run.world_size)
+                sampler = _Slices(perm, self.position, self._batch(), run.rank,
+                                  run.world_size, self.drop_last,
+                                  micro if "micro_batch" in run.hp else None)
                 if len(sampler) == 0:
                     break
                 it = iter(DataLoader(self.dataset, batch_sampler=sampler, **self.options))
+                plan = sampler.plan()
             try:
                 batch = next(it)
             except StopIteration:
                 break
-            self.position = min(n, self.position + B)
-            run._batch_started()
+            _, where = next(plan)
+            if where.index == where.count - 1:
+                self.position = min(n, self.position + where.take)
+            run._batch_started(where)
             yield batch
         self.position = n  # the epoch is over (or stopped): the next iteration starts anew

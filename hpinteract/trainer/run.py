@@ -21,15 +21,20 @@ from typing import IO, Any
 import torch
 
 from ..protocol.errors import ConfigError, InvalidHParam
-from ..protocol.hparams import BUILTINS, HParam, build_specs
+from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
 from ..protocol.rundir import RunDir, read_json
 from ..protocol.states import JobState
+from .batching import batch_constraint, plan_of
 from .commands import Command
 from .coordinator import Coordinator
 from .distributed import Topology, control_group, ensure_process_group
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
-from .loader import HpLoader
-from .store import HParamStore, divisible_batch
+from .loader import ONE, HpLoader, Micro
+from .monitors import GNSMonitor, RankTimes
+from .record import user_metrics
+from .scaling import with_lr_scaling
+from .snapshots import Snapshots
+from .store import HParamStore
 from .sync import StepSync
 
 log = logging.getLogger(__name__)
@@ -43,12 +48,15 @@ def init(
     sync_every: int | None = None,
     sync_budget: float = 0.01,
     ip: str = "127.0.0.1",
+    policies: list[Any] | None = None,
 ) -> Run:
     """Join (or create) the process group and start the job's control plane.
 
     ``hparams`` are the script's defaults; values given to ``hpi.launch(hparams=...)``
     override them. ``sync_every`` fixes the distance in steps between control sync points
     (default: chosen so control costs at most ``sync_budget`` of training time).
+    ``policies`` are built-in Policy objects (or ``(policy, every)`` pairs) that rank 0 runs
+    from the start; the other ranks ignore them.
     """
     topo = ensure_process_group(backend)
     group = control_group()
@@ -62,15 +70,17 @@ def init(
     run_dir = RunDir(first[0]["run_dir"])
     job = read_json(run_dir.job_file) or {}
     return Run(topo, group, sync, run_dir, dict(hparams or {}), dict(specs or {}),
-               job.get("hparams") or {}, ip)
+               job.get("hparams") or {}, ip, list(policies or []))
 
 
 class Run:
-    """What a training script uses: ``hp``, ``watch``, ``dataloader``, ``epochs``, ``step``."""
+    """What a training script uses: ``hp``, ``watch``, ``dataloader``, ``epochs``,
+    ``backward``, ``step`` and ``log_eval``."""
 
     def __init__(
         self, topo: Topology, group: Any, sync: StepSync, run_dir: RunDir,
         hparams: dict[str, Any], specs: dict[str, HParam], overrides: dict[str, Any], ip: str,
+        policies: list[Any],
     ) -> None:
         self.topology = topo
         self.rank, self.world_size, self.device = topo.rank, topo.world_size, topo.device
@@ -84,10 +94,17 @@ class Run:
                     f"(declared: {', '.join(sorted(declared)) or 'none'})", field=name)
         self._explicit = declared | set(overrides)
         self.store = HParamStore(build_specs({**hparams, **overrides}, specs))
-        self.store.add_constraint(divisible_batch(self.world_size))
+        implied = MONITORS + (("lr_scaling",) if "batch_size" in self.store.specs else ())
+        for name in implied:
+            if name not in self.store.specs:
+                self.store.declare(name, BUILTINS[name])
+        self.store.add_constraint(batch_constraint(self.world_size))
         if "batch_size" in self.store.view:
             self.store.validate({"batch_size": self.store.view["batch_size"]})
         self.hp: Mapping[str, Any] = self.store.view
+        self.micro_batch, self.accumulation = (
+            plan_of(self.hp, self.world_size) if "batch_size" in self.hp else (0, 1))
+        self.store.add_effect(self._replan)
         self.epoch = 0
         self.step_index = 0  # index of the next optimizer step
         self.total_epochs: int | None = None
@@ -97,6 +114,12 @@ class Run:
         self.optimizer: Any = None
         self._binding: OptimizerBinding | None = None
         self._loader: HpLoader | None = None
+        self._micro: Micro = ONE  # where the loader's last micro-batch sits in its step
+        self._step_ready = False  # run.backward saw the step's last micro-batch
+        self._gns: GNSMonitor | None = None
+        self._times = RankTimes(group, self.world_size, self.rank)
+        self._rank_metrics: dict[str, Any] = {}  # rank 0: the last gather, for the next record
+        self._snapshots = Snapshots()
         self._finished = False
         self._last_t = time.perf_counter()
         self._batch_t = self._last_t
@@ -105,7 +128,7 @@ class Run:
         self._in_flight: dict[str, Command] = {}
         if self.rank == 0:
             self._coord = Coordinator(run_dir, validate=self.store.validate,
-                                      world_size=self.world_size, ip=ip)
+                                      world_size=self.world_size, ip=ip, policies=policies)
             self._coord.start()
             self._post_status()
         self._prev_hook = sys.excepthook
@@ -131,6 +154,12 @@ class Run:
         binding.apply({n: self.store.view[n] for n in supported if n in self._explicit})
         self.store.add_effect(binding.apply)
         self._binding, self.model, self.optimizer = binding, model, optimizer
+        self._gns = GNSMonitor(model, [p for p in model.parameters() if p.requires_grad],
+                               self.world_size, self.rank)
+        if self._gns.unsupported and self._coord is not None:
+            self._coord.post("event", {"kind": "monitor", "monitor": "gns",
+                                       "status": "unavailable", "reason": self._gns.unsupported})
+        self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
         self._post_status()
         return model
 
@@ -152,8 +181,45 @@ class Run:
             yield e
 
     # ---- the hot path -------------------------------------------------------------------------
-    def _batch_started(self) -> None:
-        self._batch_t = time.perf_counter()
+    def _batch_started(self, where: Micro = ONE) -> None:
+        if where.index == 0:
+            self._batch_t = time.perf_counter()
+        self._micro = where
+
+    def _replan(self, changed: dict[str, Any]) -> None:
+        if "batch_size" in changed or "micro_batch" in changed:
+            self.micro_batch, self.accumulation = plan_of(self.hp, self.world_size)
+
+    def backward(self, loss: Any) -> bool:
+        """``loss.backward()`` for one micro-batch; True when the step's global batch is
+        complete and the optimizer should step (always True without accumulation).
+
+        The loss (a mean over the micro-batch) is weighted by the micro-batch's share of the
+        rank's samples, and DDP all-reduces only after the last micro-batch, so the gradient
+        is the mean over the global batch whatever the split.
+        """
+        where = self._micro
+        last = where.index == where.count - 1
+        if where.count > 1:
+            loss = loss * where.weight
+        if not last and hasattr(self.model, "no_sync"):
+            with self.model.no_sync():
+                loss.backward()
+        else:
+            loss.backward()
+        if self._gns is not None and self._gns.measuring:
+            self._gns.after_backward(where.index, where.count, where.weight)
+        self._step_ready = last
+        return last
+
+    def log_eval(self, **metrics: Any) -> None:
+        """Record evaluation metrics (e.g. ``val_loss=..., val_acc=...``) at the current step;
+        policies such as ReduceOnPlateau and EarlyStopping read them."""
+        if self._coord is None:
+            return
+        rec = {"step": max(self.step_index - 1, 0), "epoch": self.epoch, "time": time.time(),
+               "eval": True, **user_metrics(metrics, also=frozenset({"loss"}))}
+        self._coord.post("metric", rec)
 
     def step(self, loss: Any = None, **metrics: Any) -> None:
         """Call once after each optimizer step: publishes metrics, applies pending changes,
@@ -161,33 +227,41 @@ class Run:
         now = time.perf_counter()
         dt = now - self._last_t
         self._last_t = now
+        data_time = max(0.0, self._batch_t - (now - dt))
+        if self.accumulation > 1:
+            self._check_accumulation()
+        self._times.add(dt, data_time)
         if self._coord is not None:
             rec: dict[str, Any] = {"step": self.step_index, "epoch": self.epoch,
                                    "time": time.time()}
             if loss is not None:
-                rec["loss"] = _scalar("loss", loss)
-            if not RESERVED.isdisjoint(metrics):
-                raise ConfigError(f"metric names {sorted(RESERVED & metrics.keys())} are "
-                                  "hpinteract's own: rename them (e.g. train_lr)")
-            for k, v in metrics.items():
-                rec[k] = _scalar(k, v)
+                rec["loss"] = user_metrics({"loss": loss})["loss"]
+            rec.update(user_metrics(metrics) if metrics else ())
             if self._binding is not None:
                 rec["lr"] = self.optimizer.param_groups[0]["lr"]
             if "batch_size" in self.hp:
                 rec["batch_size"] = self.hp["batch_size"]
                 rec["samples_per_s"] = self.hp["batch_size"] / dt if dt > 0 else None
-            rec["step_time"] = dt
-            rec["data_time"] = max(0.0, self._batch_t - (now - dt))
+            rec["step_time"], rec["data_time"] = dt, data_time
             if self._loader is not None and self.total_epochs:
                 frac = self._loader.position / self._loader.size
                 rec["progress"] = min(1.0, (self.epoch + frac) / self.total_epochs)
+            if self._gns is not None and self._gns.measuring:
+                rec.update(self._gns.step_done(
+                    int(self.hp.get("batch_size", 0)), self.micro_batch, self.accumulation,
+                    float(self.hp["gns_smoothing"])) or ())
+            if self._rank_metrics:
+                rec.update(self._rank_metrics)
+                self._rank_metrics = {}
             self._coord.post("metric", rec, wake=False)
             self._sync.observe_step(dt)
             if self.step_index == 0:
                 self._coord.post("state", JobState.RUNNING, 0, "job")
         self.step_index += 1
+        if self._gns is not None:
+            self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
         if self._sync.due():
-            self._sync_now()
+            self._at_sync_point()
             if self.paused:
                 while self.paused and not self.should_stop:
                     if self._coord is not None:
@@ -195,20 +269,52 @@ class Run:
                     self._sync_now()
                 self._last_t = time.perf_counter()  # a pause is not step time
 
+    def _check_accumulation(self) -> None:
+        if self._loader is None:
+            raise ConfigError(f"micro_batch={self.micro_batch} makes each step "
+                              f"{self.accumulation} micro-batches: use run.dataloader()")
+        if not self._step_ready:
+            raise ConfigError(
+                f"each step is {self.accumulation} micro-batches (batch_size="
+                f"{self.hp['batch_size']}, micro_batch={self.micro_batch}, "
+                f"{self.world_size} rank(s)): call run.backward(loss) for each and "
+                "optimizer.step() and run.step() only when it returns True")
+        self._step_ready = False
+
     # ---- step boundary ---------------------------------------------------------------------
+    def _at_sync_point(self) -> None:
+        # Every rank runs the same branches here: they depend only on the step index and on
+        # values that change at sync points, so the collectives match.
+        if self._times.due(self.step_index, int(self.hp["monitor_ranks"])):
+            gathered = self._times.gather(self.step_index)
+            if self.rank == 0 and self.world_size > 1:
+                self._rank_metrics = gathered
+        self._snapshots.maybe_take(self.step_index, self.model, self.optimizer,
+                                   self._binding.scheduler if self._binding else None)
+        self._sync_now()
+
     def _sync_now(self) -> None:
         wire = None
         if self._coord is not None:
             cmds = self._coord.take_pending()
+            if any(c.op == "set" and "batch_size" in c.values for c in cmds):
+                cmds = with_lr_scaling(cmds, self.hp, self.store.specs, self._noise_scale)
             self._in_flight = {c.id: c for c in cmds}
             wire = [c.to_wire() for c in cmds]
         for cmd in self._sync.exchange(wire):
             self._apply(cmd)
 
+    def _noise_scale(self) -> float | None:
+        return self._gns.estimator.simple() if self._gns is not None else None
+
     def _apply(self, cmd: dict[str, Any]) -> None:
         op, step = cmd["op"], self.step_index
         if op == "set":
             self.store.apply(cmd["values"], step)
+        elif op == "rollback":
+            self._rollback(cmd, step)
+        elif op == "guard":
+            self._snapshots.configure(int(cmd["extra"]["every"]))
         elif op == "pause":
             self.paused = True
         elif op == "resume":
@@ -228,6 +334,23 @@ class Run:
                 self._post_status()
             self._coord.post("applied", self._in_flight.pop(cmd["id"]), step)
 
+    def _rollback(self, cmd: dict[str, Any], step: int) -> None:
+        restored = None
+        if self.model is not None:
+            restored = self._snapshots.restore(int(cmd["extra"]["to_step"]), self.model,
+                                               self.optimizer, self._binding.scheduler
+                                               if self._binding else None)
+        if restored is not None and self._binding is not None:
+            # The optimizer's state brought back its old lr and momentum: re-apply the
+            # current values before the change, or the rollback would undo later decisions.
+            self._binding.apply({n: self.hp[n] for n in self._binding.supported()})
+        if cmd["values"]:
+            self.store.apply(cmd["values"], step)
+        if self._coord is not None:
+            c = self._in_flight[cmd["id"]]
+            c.extra = {**c.extra, "restored_step": restored,
+                       "status": "restored" if restored is not None else "no snapshot"}
+
     def _post_status(self) -> None:
         if self._coord is None:
             return
@@ -236,6 +359,8 @@ class Run:
             "specs": {n: s.to_wire() for n, s in self.store.specs.items()},
             "last_changed": dict(self.store.last_changed),
             "epochs": self.total_epochs,
+            "watched": self._binding is not None,
+            "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
         })
 
     # ---- the end ---------------------------------------------------------------------------
@@ -275,25 +400,3 @@ class Run:
         self._finish(JobState.FAILED, error, together=False)
         self._prev_hook(etype, value, tb)
 
-
-# Fields every metric record has; a user metric of the same name would corrupt the stream.
-RESERVED = frozenset({"seq", "kind", "step", "epoch", "time", "lr", "batch_size",
-                      "samples_per_s", "step_time", "data_time", "progress"})
-
-
-def _scalar(name: str, v: Any) -> Any:
-    if isinstance(v, torch.Tensor):
-        if v.numel() != 1:
-            raise ConfigError(f"metric {name!r} must be a scalar, got a tensor of shape "
-                              f"{tuple(v.shape)}")
-        if v.device.type == "cpu":
-            return v.item()  # now: an accumulator updated in place must not report later
-        # A device tensor is copied asynchronously (no sync) and read by the coordinator.
-        return v.detach().clone()
-    if isinstance(v, int | float | str | bool) or v is None:
-        return v
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"metric {name!r} must be a number or a string, got "
-                          f"{type(v).__name__}") from None

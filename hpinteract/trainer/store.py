@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from ..protocol.errors import InvalidHParam
 from ..protocol.hparams import HParam, validate_changes
 
 log = logging.getLogger(__name__)
@@ -71,15 +70,3 @@ class HParamStore:
                 cb(name, old, new)
         return diff
 
-
-def divisible_batch(world_size: int) -> Constraint:
-    def check(changes: dict[str, Any], merged: Mapping[str, Any]) -> None:
-        b = changes.get("batch_size")
-        if b is not None and b % world_size:
-            raise InvalidHParam(
-                f"batch_size={b} cannot be shared by {world_size} ranks: use a multiple of "
-                f"{world_size} (e.g. {max(world_size, b - b % world_size)})",
-                field="batch_size",
-            )
-
-    return check

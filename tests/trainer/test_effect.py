@@ -3,8 +3,9 @@ import torch
 
 from hpinteract.protocol.errors import InvalidHParam
 from hpinteract.protocol.hparams import HParam, build_specs
+from hpinteract.trainer.batching import batch_constraint
 from hpinteract.trainer.effect import OptimizerBinding
-from hpinteract.trainer.store import HParamStore, divisible_batch
+from hpinteract.trainer.store import HParamStore
 
 
 def test_lr_keeps_group_ratios_and_weight_decay_spares_groups_without_it():
@@ -35,7 +36,7 @@ def test_store_validates_without_applying_and_calls_on_change_on_apply():
     specs = build_specs({"batch_size": 8}, {"drop": HParam(0.1, low=0, high=1,
                                             on_change=lambda *a: calls.append(a))})
     store = HParamStore(specs)
-    store.add_constraint(divisible_batch(4))
+    store.add_constraint(batch_constraint(4))
     with pytest.raises(InvalidHParam, match="cannot be shared by 4 ranks"):
         store.validate({"batch_size": 10})
     assert store.validate({"drop": 0.5}) == {"drop": 0.5}

@@ -31,7 +31,7 @@ class Stream(torch.utils.data.IterableDataset):
 def fake_run(rank, world, batch):
     store = HParamStore(build_specs({"batch_size": batch}))
     return SimpleNamespace(rank=rank, world_size=world, epoch=0, should_stop=False,
-                           store=store, hp=store.view, _batch_started=lambda: None)
+                           store=store, hp=store.view, _batch_started=lambda where=None: None)
 
 
 def epoch_of(loader, run, change_at=None, new_batch=None):

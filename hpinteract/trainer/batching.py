@@ -1,0 +1,58 @@
+"""How the global batch maps onto ranks, micro-batches and gradient accumulation.
+
+Runs in: every rank's training thread (the loader's plan, ``run.backward``) and rank 0's
+coordinator thread (the constraint, when a change is validated).
+
+``batch_size`` is the global batch, whatever the number of ranks. Without ``micro_batch``
+each rank takes ``batch_size / world`` samples in one forward/backward; with it, the rank's
+share is split into ``accumulation = batch_size / (micro_batch * world)`` micro-batches
+whose gradients are summed (weighted by their sizes) before the one all-reduce. Either way
+a step's gradient is the mean over the same global batch of samples, so one rank with four
+micro-batches and two ranks with two compute the same update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..protocol.errors import InvalidHParam
+from .store import Constraint
+
+
+def plan_of(hp: Mapping[str, Any], world: int) -> tuple[int, int]:
+    """(micro_batch, accumulation steps) for the current values (already validated)."""
+    local = int(hp["batch_size"]) // world
+    micro = int(hp.get("micro_batch") or local) or 1
+    return micro, max(1, local // micro)
+
+
+def batch_constraint(world: int) -> Constraint:
+    """Rejects a batch_size/micro_batch that cannot be split evenly, naming what would."""
+
+    def check(changes: dict[str, Any], merged: Mapping[str, Any]) -> None:
+        if "batch_size" not in changes and "micro_batch" not in changes:
+            return
+        b = int(merged["batch_size"])
+        if b % world:
+            raise InvalidHParam(
+                f"batch_size={b} cannot be shared by {world} ranks: use a multiple of "
+                f"{world} (e.g. {max(world, b - b % world)})", field="batch_size")
+        m = merged.get("micro_batch")
+        if m is None:
+            return
+        local, unit = b // world, int(m) * world
+        if local % int(m):
+            name = "batch_size" if "batch_size" in changes else "micro_batch"
+            lower = max(unit, b - b % unit)
+            raise InvalidHParam(
+                f"batch_size={b} on {world} rank(s) is {local} samples per rank, which "
+                f"micro_batch={m} does not divide: use a batch_size that is a multiple of "
+                f"{unit} (e.g. {lower} or {lower + unit}), or a micro_batch that divides "
+                f"{local}", field=name)
+
+    return check
+
+
+def micro_chunks(indices: list[int], micro: int) -> list[list[int]]:
+    return [indices[i : i + micro] for i in range(0, len(indices), micro)]

@@ -1,0 +1,136 @@
+"""Built-in policies inside the job: decided on rank 0, applied through the commands' path.
+
+Runs in: rank 0's coordinator thread. It feeds the records the coordinator logs to a
+``PolicySet``, turns the decisions into commands (validated like a client's, queued for the
+next step boundary, so every rank applies them at the same step) and writes every decision,
+suspension and failure to the events log. Policies arrive as objects from ``hpi.init`` or by
+name with JSON parameters from a client: no code travels over the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..policies import REGISTRY, create
+from ..policies.base import Policy
+from ..policies.host import Decision, PolicySet
+from ..protocol.errors import HpiError, InvalidCommand
+from ..protocol.messages import new_id
+from .commands import Command
+
+log = logging.getLogger(__name__)
+
+
+class JobPolicies:
+    def __init__(
+        self, world_size: int, *, validate: Callable[[dict[str, Any]], dict[str, Any]],
+        submit: Callable[[Command], None], record: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.set = PolicySet(world_size=world_size)
+        self._validate, self._submit, self._record = validate, submit, record
+        self._started = False
+        self._guarding: set[str] = set()  # policies whose snapshots the ranks were asked for
+        self._queued: list[tuple[Policy, int]] = []  # given to init: started on first status
+
+    def add_initial(self, policies: list[Any]) -> None:
+        for item in policies:
+            policy, every = item if isinstance(item, tuple) else (item, 1)
+            if not isinstance(policy, Policy):
+                raise InvalidCommand(f"hpi.init(policies=...) takes Policy objects, got "
+                                     f"{type(policy).__name__}")
+            self._queued.append((policy, every))
+
+    # ---- what the coordinator sees ------------------------------------------------------------
+    def on_status(self, status: Mapping[str, Any]) -> None:
+        if "hparams" in status:
+            self.set.observe_status(status["hparams"], status.get("specs"))
+        # Start init's policies once the job knows its hyper-parameters (after watch()).
+        if status.get("watched"):
+            self._start()
+
+    def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        queued, self._queued = self._queued, []
+        for policy, every in queued:
+            try:
+                decisions = self.set.add(policy, every)
+            except HpiError as exc:
+                self._record({"kind": "policy", "status": "rejected", "reason": exc.message})
+                continue
+            self._carry_out(decisions)
+
+    def on_records(self, records: list[dict[str, Any]]) -> None:
+        self._start()  # a script without watch() starts them with its first step
+        if self.set.entries:
+            self._carry_out(self.set.observe(records))
+
+    def on_applied(self, cmd: Command, step: int) -> None:
+        if cmd.op in ("set", "rollback"):
+            self.set.on_applied(cmd.values, cmd.source, step)
+        elif cmd.source.startswith("policy:"):
+            self.set.settle(cmd.source[len("policy:"):])
+        self._flush()
+
+    # ---- requests from clients ------------------------------------------------------------------
+    def handle(self, type_: str, content: Mapping[str, Any]) -> dict[str, Any]:
+        if type_ == "policies":
+            return {"ok": True, "policies": self.set.describe(), "available": sorted(REGISTRY)}
+        name = content.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidCommand(f"{type_} needs a policy 'name'")
+        if type_ == "add_policy":
+            params = content.get("params") or {}
+            if not isinstance(params, dict):
+                raise InvalidCommand("'params' must be an object of the policy's arguments")
+            every = content.get("every", 1)
+            policy = create(name, params)
+            alias = content.get("alias")
+            if isinstance(alias, str) and alias:
+                policy.name = alias
+            self._carry_out(self.set.add(policy, every))
+        elif type_ == "remove_policy":
+            self.set.remove(name)
+            if name in self._guarding:
+                self._guarding.discard(name)
+                self._submit(Command("guard", new_id(), f"policy:{name}", extra={"every": 0}))
+        elif type_ == "enable_policy":
+            self.set.enable(name)
+        else:
+            raise InvalidCommand(f"unknown request type {type_!r}")
+        self._flush()
+        return {"ok": True, "policies": self.set.describe()}
+
+    # ---- decisions become commands --------------------------------------------------------------
+    def _carry_out(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            try:
+                self._submit(self._command(d))
+            except HpiError as exc:  # e.g. a value out of the spec's bounds: nothing applied
+                self.set.settle(d.name, f"{exc.message}; nothing applied")
+        for entry in self.set.entries.values():
+            every = getattr(entry.policy, "snapshot_every", 0)
+            if every and entry.name not in self._guarding:
+                self._guarding.add(entry.name)
+                self._submit(Command("guard", new_id(), entry.source, extra={"every": every}))
+        self._flush()
+
+    def _command(self, d: Decision) -> Command:
+        change = d.change
+        values = self._validate(dict(change.values)) if change.values else {}
+        if change.action == "stop":
+            return Command("stop", new_id(), d.source, reason=change.reason)
+        if change.action == "rollback":
+            to_step = change.to_step if change.to_step is not None else d.step
+            return Command("rollback", new_id(), d.source, values, reason=change.reason,
+                           extra={"to_step": int(to_step)})
+        return Command("set", new_id(), d.source, values, reason=change.reason)
+
+    def _flush(self) -> None:
+        for notice in self.set.take_notices():
+            if notice.get("status") == "failed":
+                log.error("policy %s failed:\n%s", notice.get("policy"), notice.get("error"))
+            self._record(notice)

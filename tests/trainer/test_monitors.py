@@ -1,0 +1,90 @@
+"""The noise-scale monitor against hand computations: the estimator's formulas, the one-rank
+paths (first micro-batch; consecutive steps) and, in a real 2-rank job, the DDP hook."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers import JOBS
+from torch import nn
+
+import hpinteract as hpi
+from hpinteract.trainer.monitors import GNSMonitor, NoiseScale
+
+
+def test_the_estimator_follows_mccandlish_and_smooths_the_two_sums_separately():
+    est = NoiseScale()
+    # |G|^2 = (16*2 - 4*5)/12 = 1; tr(S) = (5 - 2)/(1/4 - 1/16) = 16: B_simple = 16.
+    out = est.update(5.0, 4, 2.0, 16, alpha=0.5)
+    assert out["gns_grad_sq"] == pytest.approx(1.0) and out["gns_var"] == pytest.approx(16.0)
+    assert out["gns"] == pytest.approx(16.0) and out["grad_norm"] == pytest.approx(2 ** 0.5)
+    # Second: |G|^2 = (16*1 - 4*4)/12 = 0, tr(S) = 3/(3/16) = 16. Debiased EMAs with 0.5:
+    # |G|^2 = (0.5*0.5*1 + 0.5*0)/0.75 = 1/3, tr(S) = 16: the ratio of the means, 48 (the
+    # mean of the ratios would be infinite).
+    out = est.update(4.0, 4, 1.0, 16, alpha=0.5)
+    assert out["gns_grad_sq"] == pytest.approx(1 / 3) and out["gns"] == pytest.approx(48.0)
+    assert est.simple() == pytest.approx(48.0)
+
+
+def grads_of(model, x, y):
+    model.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+
+
+def test_one_rank_with_accumulation_uses_the_first_micro_batch_as_the_small_batch():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+    g0, g_all = grads_of(model, x[:2], y[:2]), grads_of(model, x, y)
+    mon = GNSMonitor(model, list(model.parameters()), world=1, rank=0)
+    mon.arm(0, every=1, accumulation=4)
+    model.zero_grad()
+    for i in range(4):
+        (nn.functional.mse_loss(model(x[2 * i:2 * i + 2]), y[2 * i:2 * i + 2]) * 0.25).backward()
+        mon.after_backward(i, 4, 0.25)
+    out = mon.step_done(batch=8, micro=2, accumulation=4, alpha=0.9)
+    small, big = float(g0.square().sum()), float(g_all.square().sum())
+    assert out["grad_norm"] == pytest.approx(math.sqrt(big), rel=1e-5)
+    assert out["gns_grad_sq"] == pytest.approx((8 * big - 2 * small) / 6, rel=1e-5)
+    assert out["gns_var"] == pytest.approx((small - big) / (1 / 2 - 1 / 8), rel=1e-5)
+
+
+def test_one_rank_without_accumulation_pairs_consecutive_steps():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    mon = GNSMonitor(model, list(model.parameters()), world=1, rank=0)
+    batches = [(torch.randn(4, 3), torch.randn(4, 1)) for _ in range(2)]
+    seen = []
+    for step, (x, y) in enumerate(batches):
+        mon.arm(step, every=5, accumulation=1)  # steps 0 and 1 of every 5 form a pair
+        assert mon.measuring
+        seen.append(grads_of(model, x, y))  # no optimizer step: both at the same weights
+        out = mon.step_done(batch=4, micro=4, accumulation=1, alpha=0.9)
+    mon.arm(2, every=5, accumulation=1)
+    assert not mon.measuring
+    small = (float(seen[0].square().sum()) + float(seen[1].square().sum())) / 2
+    big = float(((seen[0] + seen[1]) / 2).square().sum())
+    assert out["gns_var"] == pytest.approx((small - big) / (1 / 4 - 1 / 8), rel=1e-5)
+
+
+def test_two_ranks_the_ddp_hook_measures_local_and_averaged_gradients(tmp_path):
+    job = hpi.launch(JOBS / "gns_check.py", nproc=2, cwd=tmp_path)
+    assert job.wait(120).value == "finished", job.error
+    expected = json.loads((job.run_dir.path / "expected.json").read_text())
+    m = job.metrics().set_index("step")
+    assert len(expected) == len(m) == 10
+    g2 = s = 0.0
+    for n, e in enumerate(expected, start=1):
+        row = m.loc[e["step"]]
+        assert row["grad_norm"] == pytest.approx(math.sqrt(e["big"]), rel=1e-4)
+        bs, bb = e["b_small"], e["b_big"]
+        g2 = 0.95 * g2 + 0.05 * (bb * e["big"] - bs * e["small"]) / (bb - bs)
+        s = 0.95 * s + 0.05 * (e["small"] - e["big"]) / (1 / bs - 1 / bb)
+        debias = 1 - 0.95 ** n
+        assert row["gns_grad_sq"] == pytest.approx(g2 / debias, rel=1e-4)
+        assert row["gns_var"] == pytest.approx(s / debias, rel=1e-4)
+        assert row["gns"] == pytest.approx(s / g2, rel=1e-4)
+    assert np.isfinite(m["gns"]).all()
