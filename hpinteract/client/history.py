@@ -32,10 +32,14 @@ def read_records(path: Path, since: int = 0) -> list[dict[str, Any]]:
     return out
 
 
-def metrics_frame(run_dir: RunDir) -> pd.DataFrame:
+def metrics_frame(run_dir: RunDir, evals: bool = False) -> pd.DataFrame:
+    """Training records (one row per step), or with ``evals`` those of ``run.log_eval``."""
     import pandas as pd  # here, not at import time: each CLI command starts 0.5 s sooner
 
-    records = read_records(run_dir.metrics_log)
+    records = [r for r in read_records(run_dir.metrics_log) if bool(r.get("eval")) == evals]
+    if evals:
+        for r in records:
+            r.pop("eval", None)
     if not records:
         return pd.DataFrame(columns=["step", "epoch", "time", "loss"])
     df = pd.DataFrame.from_records(records)

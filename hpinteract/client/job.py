@@ -7,7 +7,6 @@ whether or not anybody is connected, so a restarted kernel re-attaches and loses
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -27,8 +26,9 @@ from ..protocol.messages import new_id
 from ..protocol.rundir import RunDir, read_json
 from ..protocol.states import JobState
 from ..transport.control import ControlClient, result_of
-from ..transport.pubsub import CatchUp, Subscriber
 from . import history
+from .policies import ClientPolicies
+from .stream import stream_records
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,6 +73,7 @@ class Job:
         # ZeroMQ sockets are not thread-safe: one request at a time on the shared client
         # (a widget callback and a policy thread may both use the Job); stream() has its own.
         self._lock = threading.Lock()
+        self._local: ClientPolicies | None = None  # this process's policies of the job
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.state.value}>"
@@ -207,11 +208,15 @@ class Job:
             client.close()
 
     def set(self, values: dict[str, Any] | None = None, /, *, source: str = "api",
-            **kwargs: Any) -> Ack:
+            reason: str | None = None, **kwargs: Any) -> Ack:
         """Change hyper-parameters on every rank at one step; invalid input raises and
-        nothing is applied. ``job.set(lr=0.01)`` or ``job.set({"lr": 0.01})``."""
+        nothing is applied. ``job.set(lr=0.01)`` or ``job.set({"lr": 0.01})``; ``reason``
+        is written to the change log next to the change."""
         changes = {**(values or {}), **kwargs}
-        r = self._request("set", {"values": changes, "source": source}, command=True)
+        content: dict[str, Any] = {"values": changes, "source": source}
+        if reason:
+            content["reason"] = reason
+        r = self._request("set", content, command=True)
         return Ack(r["change_id"], int(r["applied_at_step"]), dict(r.get("values", {})))
 
     def _command(self, op: str, source: str) -> Ack:
@@ -253,6 +258,10 @@ class Job:
         """Every step's metrics so far, one row per step (read from the job's log)."""
         return history.metrics_frame(self.run_dir)
 
+    def evals(self) -> pd.DataFrame:
+        """Every evaluation the script reported with ``run.log_eval``, one row each."""
+        return history.metrics_frame(self.run_dir, evals=True)
+
     def events(self) -> pd.DataFrame:
         """The change log: every change with its source, status and step, and state changes."""
         return history.events_frame(self.run_dir)
@@ -280,41 +289,54 @@ class Job:
         """The files behind ``logs(rank)``."""
         return history.log_paths(self.run_dir, rank)
 
-    def stream(self, idle_s: float = 0.5, since: int = 0) -> Iterator[dict[str, Any]]:
+    def stream(self, idle_s: float = 0.5, since: int = 0,
+               stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
         """Every metric and event record once, in order: history first, then live ones, until
-        the job ends. Records have a ``seq``; metrics a ``step``, events a ``kind``."""
-        last = since
-        while not self.run_dir.connection.exists() and not self.state.terminal:
-            time.sleep(0.05)
-        client = None
-        if self.run_dir.connection.exists():
-            with contextlib.suppress(InvalidState, JobFailed, HpiTimeout, FileNotFoundError):
-                client = self._new_client(timeout=5.0)
-        if client is not None and self._info is not None:
-            sub = Subscriber(zmq.Context.instance(), self._info.pub_url, self._info.key_bytes)
+        the job ends (or ``stop`` is set). Records have a ``seq``; metrics a ``step``, events
+        a ``kind``."""
+        return stream_records(self, idle_s, since, stop)
 
-            def fetch(after: int) -> tuple[list[dict[str, Any]], bool]:
-                if self.state.terminal:
-                    return history.local_page(self.run_dir, after)
-                try:
-                    r = client.request("history", {"since": after}, timeout_s=3.0, retries=0)
-                except HpiTimeout:
-                    return history.local_page(self.run_dir, after)
-                return list(r["records"]), bool(r["more"])
+    # ---- policies ------------------------------------------------------------------------------
+    def add_policy(self, policy: Any, every: int = 1, name: str | None = None,
+                   **params: Any) -> str:
+        """Run a policy; returns its name. A built-in given by name (``"adaptive_batch"``,
+        with JSON parameters) runs inside the job; a Policy object or a function
+        ``fn(ctx) -> changes`` runs here, on the streamed metrics, and its changes go
+        through ``set`` with source ``policy:<name>``."""
+        if isinstance(policy, str):
+            r = self._request("add_policy", {"name": policy, "params": params,
+                                             "every": every, "alias": name})
+            return str(r["policies"][-1]["name"])
+        if params:
+            raise TypeError(f"parameters {sorted(params)} are for built-ins given by name; "
+                            "configure a Policy object before adding it")
+        return self._client_policies().add(policy, every, name)
 
-            catch = CatchUp(sub, fetch, since)
-            try:
-                while True:
-                    yield from catch(idle_s)
-                    if self.state.terminal:
-                        break
-            finally:
-                sub.close()
-                client.close()
-            last = catch.last_seq
-        self._wait_supervisor()  # its record of how the job ended comes last
-        records, _ = history.local_page(self.run_dir, last)  # what came after the socket closed
-        yield from records
+    def policies(self) -> list[dict[str, Any]]:
+        """Every policy of this job, in the job and in this process, with its status."""
+        here = self._local.describe() if self._local is not None else []
+        there: list[dict[str, Any]] = []
+        if not self.state.terminal:
+            there = [{**p, "where": "job"} for p in self._request("policies")["policies"]]
+        return there + here
+
+    def remove_policy(self, name: str) -> None:
+        if self._local is not None and name in self._local:
+            self._local.remove(name)
+        else:
+            self._request("remove_policy", {"name": name})
+
+    def enable_policy(self, name: str) -> None:
+        """Hand control back to a policy that a manual change suspended (or that failed)."""
+        if self._local is not None and name in self._local:
+            self._local.enable(name)
+        else:
+            self._request("enable_policy", {"name": name})
+
+    def _client_policies(self) -> ClientPolicies:
+        if self._local is None:
+            self._local = ClientPolicies(self)
+        return self._local
 
     def close(self) -> None:
         if self._client is not None:

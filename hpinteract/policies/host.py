@@ -5,8 +5,9 @@ thread). It decides *when* each hook is called and what a hook's failure or a pe
 change means for a policy; the caller decides what to do with the changes it returns
 (queue them for the next step boundary, or ``job.set`` them) and records the notices.
 
-Rules: one decision of a policy in flight at a time (a policy reading ``ctx.hparams`` must
-see its previous change applied, or a multiplicative schedule would compound twice); a hook
+Rules: one decision of a policy in flight at a time, and none of another policy driving a
+name that a decision in flight changes (a policy reading ``ctx.hparams`` must see the
+previous change applied, or two schedules of lr would each scale the old value); a hook
 that raises disables its policy, with the traceback in a notice; a manual change of a
 hyper-parameter that a policy drives suspends that policy until ``enable``.
 """
@@ -39,6 +40,7 @@ class Entry:
     suspended: str | None = None  # why, while suspended
     failed: str | None = None  # the traceback, once failed
     in_flight: bool = False
+    pending: frozenset[str] = frozenset()  # the names its decision in flight changes
     last_step: int | None = None
     applied_at: int | None = None
     decisions: int = 0
@@ -83,6 +85,7 @@ class PolicySet:
         self.step = 0
         self.epoch: int | None = None
         self.notices: list[dict[str, Any]] = []  # events for the host to record
+        self._changed_at: dict[str, int] = {}  # step of each name's newest applied change
 
     # ---- membership ------------------------------------------------------------------------
     def add(self, policy: Policy, every: int = 1) -> list[Decision]:
@@ -150,11 +153,13 @@ class PolicySet:
                 out += self._each("on_epoch_end", epoch=ended)
             self.epoch = epoch
             self.history.append(dict(rec))
-            for k in ("lr", "batch_size"):  # what the job reports it actually used
-                if isinstance(rec.get(k), int | float):
+            for k in ("lr", "batch_size"):  # what the job reports it actually used, unless
+                # the record predates the newest change (a late record would undo it here)
+                if isinstance(rec.get(k), int | float) and \
+                        self.step >= self._changed_at.get(k, -1):
                     self.hparams[k] = rec[k]
             for entry in list(self.entries.values()):
-                if entry.active and not entry.in_flight and (
+                if self._ready(entry) and (
                         entry.last_step is None or self.step - entry.last_step >= entry.every):
                     entry.last_step = self.step
                     out += self._call(entry, "on_step")
@@ -163,10 +168,13 @@ class PolicySet:
     def on_applied(self, values: Mapping[str, Any], source: str, step: int) -> None:
         """A change took effect: update the view, settle its policy, suspend overridden ones."""
         self.hparams.update(values)
+        for k in values:
+            self._changed_at[k] = step
         if source.startswith("policy:"):
             entry = self.entries.get(source[len("policy:"):])
             if entry is not None:
                 entry.in_flight, entry.applied_at = False, step
+                entry.pending = frozenset()
         if not is_manual(source):
             return
         for entry in self.entries.values():
@@ -181,7 +189,7 @@ class PolicySet:
         entry = self.entries.get(name)
         if entry is None:
             return
-        entry.in_flight = False
+        entry.in_flight, entry.pending = False, frozenset()
         if error:
             self._notice(entry, "rejected", error)
 
@@ -196,9 +204,17 @@ class PolicySet:
     def _each(self, hook: str, epoch: int | None = None) -> list[Decision]:
         out: list[Decision] = []
         for entry in list(self.entries.values()):
-            if entry.active and not entry.in_flight:
+            if self._ready(entry):
                 out += self._call(entry, hook, epoch)
         return out
+
+    def _ready(self, entry: Entry) -> bool:
+        if not entry.active or entry.in_flight:
+            return False
+        busy: set[str] = set()
+        for other in self.entries.values():
+            busy |= other.pending
+        return busy.isdisjoint(entry.policy.drives)
 
     def _call(self, entry: Entry, hook: str, epoch: int | None = None) -> list[Decision]:
         try:
@@ -212,7 +228,7 @@ class PolicySet:
             return []
         if change is None:
             return []
-        entry.in_flight = True
+        entry.in_flight, entry.pending = True, frozenset(change.values)
         entry.decisions += 1
         self._notice(entry, "decided", change.reason, values=dict(change.values),
                      action=change.action, hook=hook)
