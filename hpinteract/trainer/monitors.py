@@ -10,7 +10,7 @@ Noise scale (McCandlish et al. 2018; ALGORITHMS.md). With several ranks the smal
 a rank's own gradient before DDP's all-reduce and the big one the all-reduced mean; the
 hook appends each rank's local |g|^2 to the bucket it all-reduces anyway, so the mean of
 the ranks' small norms costs one extra number in a collective that runs regardless. With one
-rank and accumulation the first micro-batch is the small batch; with one rank and no
+rank and accumulation each micro-batch is a small batch; with one rank and no
 accumulation two consecutive steps' gradients stand in for two ranks (AdaptDL's fallback).
 The two estimates are smoothed separately (bias-corrected EMA) before dividing. On a GPU the
 sums stay tensors: nothing here waits for the device.
@@ -72,6 +72,7 @@ class GNSMonitor:
         self._big: list[Any] = []
         self._prev: list[Any] | None = None  # one rank, no accumulation: last step's grads
         self._now: list[Any] | None = None  # ... and this step's, if run.backward saw them
+        self._acc: list[Any] | None = None  # accumulation: the gradient so far this step
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         self._ddp = isinstance(model, DDP)
@@ -129,10 +130,18 @@ class GNSMonitor:
         if micro_count == 1:  # copied: zero_grad(set_to_none=False) would zero them in place
             self._now = [g.clone() for g in self._grads()]
             return
-        if micro_index == 0:  # grads hold weight * g_0: undo the weight
-            self._small.append(_sumsq(self._grads()) / (weight * weight))
+        # Each micro-batch's own gradient is the growth of the accumulated one; the mean of
+        # their squared norms (weights undone) is the small-batch term: k samples of it per
+        # step rather than one, for a quarter of the variance at four micro-batches.
+        grads = self._grads()
+        if micro_index == 0 or self._acc is None:
+            own = grads
+        else:
+            own = [g - p for g, p in zip(grads, self._acc, strict=True)]
+        self._small.append(_sumsq(own) / (weight * weight * micro_count))
+        self._acc = [g.clone() for g in grads] if micro_index < micro_count - 1 else None
         if micro_index == micro_count - 1:
-            self._big.append(_sumsq(self._grads()))
+            self._big.append(_sumsq(grads))
 
     def step_done(self, batch: int, micro: int, accumulation: int,
                   alpha: float) -> dict[str, Number] | None:
