@@ -23,7 +23,7 @@ import hpinteract as hpi
 
 JOB = Path(__file__).resolve().parent / "gns_train.py"
 GOAL = 0.20
-CONFIGS = (("2 ranks, DDP hook", 2, None), ("1 rank, 4 micro-batches", 1, 8),
+CONFIGS = (("2 ranks, each rank vs all", 2, None), ("1 rank, 4 micro-batches", 1, 8),
            ("1 rank, consecutive steps", 1, None))
 
 

@@ -76,10 +76,15 @@ def ended(what: str, out: Path, logs: str) -> None:
 
 
 def run_hpi(a: argparse.Namespace, out: Path, home: Path, stream: bool, mode: str = "hpi",
-            extra: tuple[str, ...] = ()) -> dict[str, Any]:
+            extra: tuple[str, ...] = (), hparams: dict[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """One ``hpi.launch`` run of train.py; ``hparams`` go to launch as overrides. The
+    record is rank 0's timing plus the job's id (``job_id``) and, with ``stream``, the
+    subscriber's figures."""
     args = ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
             "--out", str(out), *extra]
-    job = hpi.launch(TRAIN, nproc=a.nproc, args=args, env=job_env(), home=home)
+    job = hpi.launch(TRAIN, nproc=a.nproc, hparams=hparams, args=args, env=job_env(),
+                     home=home)
     watcher = StreamWatcher(hpi.attach(job.id, home=home)) if stream else None
     if watcher is not None:
         watcher.start()
@@ -92,7 +97,7 @@ def run_hpi(a: argparse.Namespace, out: Path, home: Path, stream: bool, mode: st
         watcher.join(30)
     if state != hpi.JobState.FINISHED:
         ended(f"{mode} job {job.id} ({state.value}: {job.error})", out, job.logs())
-    rec: dict[str, Any] = json.loads(out.read_text())
+    rec: dict[str, Any] = {**json.loads(out.read_text()), "job_id": job.id}
     if watcher is not None:
         if watcher.error is not None:
             sys.exit(f"the stream subscriber failed: {watcher.error!r}")
@@ -113,6 +118,19 @@ def cpu_groups(rec: dict[str, Any]) -> dict[str, float]:
                 "gloo" if "gloo" in name else "zmq I/O" if name.startswith("ZMQ") else "other"
             out[g] = out.get(g, 0.0) + ms
     return out
+
+
+CPU_GROUPS = ("training thread", "hpi-coordinator", "gloo", "zmq I/O", "other", "client")
+
+
+def print_cpu_groups(variants: list[str], results: dict[str, list[dict[str, Any]]]) -> None:
+    """The table of CPU ms per step by kind of thread (cpu_groups), medians over rounds."""
+    print(f"\nCPU ms per step by thread, all ranks together (medians over rounds):\n"
+          f"{'variant':<14}" + "".join(f"{g:>17}" for g in CPU_GROUPS))
+    for v in variants:
+        by = [cpu_groups(x) for x in results[v]]
+        print(f"{v:<14}" + "".join(f"{median([b.get(g, 0.0) for b in by]):>17.3f}"
+                                   for g in CPU_GROUPS))
 
 
 def main() -> None:
@@ -204,13 +222,7 @@ def report(a: argparse.Namespace, variants: list[str],
           "subscriber thread's, per step;\nbase/variant of it is the throughput ratio a "
           "machine with no other load would show while the ranks keep every core busy.")
 
-    groups = ("training thread", "hpi-coordinator", "gloo", "zmq I/O", "other", "client")
-    print(f"\nCPU ms per step by thread, all ranks together (medians over rounds):\n"
-          f"{'variant':<14}" + "".join(f"{g:>17}" for g in groups))
-    for v in variants:
-        by = [cpu_groups(x) for x in results[v]]
-        print(f"{v:<14}" + "".join(f"{median([b.get(g, 0.0) for b in by]):>17.3f}"
-                                   for g in groups))
+    print_cpu_groups(variants, results)
     base_cpu = median([x["cpu_ms_per_step"] for x in results[base]])
     for v in others:
         by = [cpu_groups(x) for x in results[v]]

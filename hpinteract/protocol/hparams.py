@@ -133,7 +133,9 @@ BUILTINS: dict[str, HParam] = {
     "lr_scaling": HParam("none", choices=("none", "linear", "sqrt", "adascale"),
                          doc="how lr follows a batch_size change, whoever makes it"),
     "monitor_gns": HParam(0, low=0, doc="gradient noise scale monitor: every N steps (0: off)"),
-    "gns_smoothing": HParam(0.95, low=0.0, high=0.9999,
+    # 0.99: a single step's estimate is very noisy (the two batch sizes differ only by the
+    # number of ranks); about the last hundred measurements count.
+    "gns_smoothing": HParam(0.99, low=0.0, high=0.9999,
                             doc="EMA factor of the noise-scale monitor's two sums"),
     "monitor_ranks": HParam(100, low=0, doc="per-rank step and data-wait times: every N "
                             "steps (0: off)"),

@@ -156,9 +156,6 @@ class Run:
         self._binding, self.model, self.optimizer = binding, model, optimizer
         self._gns = GNSMonitor(model, [p for p in model.parameters() if p.requires_grad],
                                self.world_size, self.rank)
-        if self._gns.unsupported and self._coord is not None:
-            self._coord.post("event", {"kind": "monitor", "monitor": "gns",
-                                       "status": "unavailable", "reason": self._gns.unsupported})
         self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
         self._post_status()
         return model
@@ -231,6 +228,10 @@ class Run:
         if self.accumulation > 1:
             self._check_accumulation()
         self._times.add(dt, data_time)
+        noise = None
+        if self._gns is not None and self._gns.measuring:  # every rank takes part
+            noise = self._gns.step_done(int(self.hp.get("batch_size", 0)), self.micro_batch,
+                                        self.accumulation, float(self.hp["gns_smoothing"]))
         if self._coord is not None:
             rec: dict[str, Any] = {"step": self.step_index, "epoch": self.epoch,
                                    "time": time.time()}
@@ -246,10 +247,7 @@ class Run:
             if self._loader is not None and self.total_epochs:
                 frac = self._loader.position / self._loader.size
                 rec["progress"] = min(1.0, (self.epoch + frac) / self.total_epochs)
-            if self._gns is not None and self._gns.measuring:
-                rec.update(self._gns.step_done(
-                    int(self.hp.get("batch_size", 0)), self.micro_batch, self.accumulation,
-                    float(self.hp["gns_smoothing"])) or ())
+            rec.update(noise or ())
             if self._rank_metrics:
                 rec.update(self._rank_metrics)
                 self._rank_metrics = {}

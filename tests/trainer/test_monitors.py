@@ -1,5 +1,5 @@
 """The noise-scale monitor against hand computations: the estimator's formulas, the one-rank
-paths (micro-batches; consecutive steps) and, in a real 2-rank job, the DDP hook."""
+paths (micro-batches; consecutive steps) and, in a real 2-rank DDP job, the gradient hooks."""
 
 import json
 import math
@@ -72,21 +72,23 @@ def test_one_rank_without_accumulation_pairs_consecutive_steps():
     assert out["gns_var"] == pytest.approx((small - big) / (1 / 4 - 1 / 8), rel=1e-5)
 
 
-def test_two_ranks_the_ddp_hook_measures_local_and_averaged_gradients(tmp_path):
+def test_two_ranks_average_their_own_gradients_norms_against_the_all_reduced_one(tmp_path):
     job = hpi.launch(JOBS / "gns_check.py", nproc=2, cwd=tmp_path)
     assert job.wait(120).value == "finished", job.error
     expected = json.loads((job.run_dir.path / "expected.json").read_text())
     m = job.metrics().set_index("step")
     assert len(expected) == len(m) == 10
+    # The ranks' small norms are averaged asynchronously: a step's estimate is published
+    # with the next measured step.
+    assert np.isnan(m.loc[0, "gns"])
     g2 = s = 0.0
-    for n, e in enumerate(expected, start=1):
-        row = m.loc[e["step"]]
-        assert row["grad_norm"] == pytest.approx(math.sqrt(e["big"]), rel=1e-4)
+    for n, e in enumerate(expected[:-1], start=1):
+        row = m.loc[e["step"] + 1]
         bs, bb = e["b_small"], e["b_big"]
-        g2 = 0.95 * g2 + 0.05 * (bb * e["big"] - bs * e["small"]) / (bb - bs)
-        s = 0.95 * s + 0.05 * (e["small"] - e["big"]) / (1 / bs - 1 / bb)
-        debias = 1 - 0.95 ** n
+        g2 = 0.9 * g2 + 0.1 * (bb * e["big"] - bs * e["small"]) / (bb - bs)
+        s = 0.9 * s + 0.1 * (e["small"] - e["big"]) / (1 / bs - 1 / bb)
+        debias = 1 - 0.9 ** n
+        assert row["grad_norm"] == pytest.approx(math.sqrt(e["big"]), rel=1e-4)
         assert row["gns_grad_sq"] == pytest.approx(g2 / debias, rel=1e-4)
         assert row["gns_var"] == pytest.approx(s / debias, rel=1e-4)
         assert row["gns"] == pytest.approx(s / g2, rel=1e-4)
-    assert np.isfinite(m["gns"]).all()
