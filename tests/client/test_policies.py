@@ -139,3 +139,6 @@ def test_adaptive_batch_from_init_grows_the_batch_with_lr_scaling(tmp_path):
         assert {s["local_batch"] for s in t} >= {8, 16, 32}
     m = j.metrics()
     assert m["gns"].notna().any()
+    # The per-rank times monitor (every 100 steps by default) shows both ranks.
+    both = m.dropna(subset=["step_time_r0", "step_time_r1"])
+    assert len(both) >= 2 and (both["step_time_r1"] > 0).all() and (both["straggler"] >= 1).all()
