@@ -118,3 +118,10 @@ class StreamWatcher(threading.Thread):
         except BaseException as exc:  # reported by the driver
             self.error = exc
         self.cpu_s = time.thread_time() - cpu0
+
+
+def round_ratios(results: dict[str, list[dict[str, Any]]], base: str, v: str, key: str,
+                 invert: bool = False) -> list[float]:
+    """variant/base of ``key`` per round (base/variant for costs, ``invert``)."""
+    return [(b[key] / x[key]) if invert else (x[key] / b[key])
+            for b, x in zip(results[base], results[v], strict=True)]

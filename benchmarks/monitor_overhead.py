@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import OUT, machine_facts, median, private_home
+from _common import OUT, machine_facts, median, private_home, round_ratios
 from overhead import TEARDOWN_FAILURES, cpu_groups, print_cpu_groups, run_hpi
 
 import hpinteract as hpi
@@ -131,9 +131,7 @@ def report(a: argparse.Namespace, variants: list[str],
     base, others = variants[0], variants[1:]
 
     def per_round(v: str, key: str, invert: bool = False) -> list[float]:
-        """variant/base of ``key`` per round (base/variant for costs, ``invert``)."""
-        return [(b[key] / x[key]) if invert else (x[key] / b[key])
-                for b, x in zip(results[base], results[v], strict=True)]
+        return round_ratios(results, base, v, key, invert)
 
     def med(v: str, key: str) -> float:
         return median([x[key] for x in results[v]]) if key in results[v][0] else float("nan")

@@ -41,6 +41,7 @@ from _common import (
     median,
     pct,
     private_home,
+    round_ratios,
     torchrun,
 )
 
@@ -184,9 +185,7 @@ def report(a: argparse.Namespace, variants: list[str],
     base, others = variants[0], variants[1:]
 
     def per_round(v: str, key: str, invert: bool = False) -> list[float]:
-        """variant/base of ``key`` per round (base/variant for costs, ``invert``)."""
-        return [(b[key] / x[key]) if invert else (x[key] / b[key])
-                for b, x in zip(results[base], results[v], strict=True)]
+        return round_ratios(results, base, v, key, invert)
 
     print(f"\n{'round':<6}" + "".join(f"{v + ' steps/s':>22}" for v in variants)
           + "".join(f"{v + '/' + base:>22}" for v in others))
