@@ -232,6 +232,9 @@ class Coordinator:
         if cmd.op == "rollback":
             self._record_event({"kind": "rollback", "id": cmd.id, "source": cmd.source,
                                 "step": step, **cmd.extra, **why})
+        elif cmd.op == "guard":  # so a person (and a test) sees since when snapshots are kept
+            self._record_event({"kind": "guard", "id": cmd.id, "source": cmd.source,
+                                "step": step, "snapshot_every": cmd.extra.get("every", 0)})
         if cmd.op in ("set", "rollback") and cmd.values:
             reply["values"] = cmd.values
             self._record_event({

@@ -313,6 +313,10 @@ class Run:
             self._rollback(cmd, step)
         elif op == "guard":
             self._snapshots.configure(int(cmd["extra"]["every"]))
+            # At once: a change applied at this same sync point (the guard's first one) must
+            # already have a good state to go back to.
+            self._snapshots.maybe_take(step, self.model, self.optimizer,
+                                       self._binding.scheduler if self._binding else None)
         elif op == "pause":
             self.paused = True
         elif op == "resume":

@@ -109,7 +109,10 @@ def test_builtins_by_name_reject_bad_parameters_clearly(job):
 
 def test_the_divergence_guard_rolls_back_and_lowers_lr(job):
     job.add_policy("divergence_guard", lr_factor=0.01, snapshot_every=5, every=1)
-    wait_for_step(job, job.status()["step"] + 20)  # snapshots and a baseline
+    guard = until(lambda: events(job, kind="guard"), what="the guard's first snapshot")
+    assert guard.iloc[0]["snapshot_every"] == 5 and guard.iloc[0]["source"] == \
+        "policy:divergence_guard"
+    wait_for_step(job, int(guard.iloc[0]["step"]) + 20)  # a baseline of good losses
     job.set(lr=5.0)  # far too high for this regression: the loss explodes
     rollback = until(lambda: events(job, kind="rollback"), what="a rollback")
     assert rollback.iloc[0]["status"] == "restored"
