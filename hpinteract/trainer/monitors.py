@@ -1,15 +1,16 @@
 """Training monitors: the gradient noise scale and per-rank step and data-wait times.
 
-Runs in: every rank's training thread (the noise scale on rank 0 only, partly inside
-autograd's backward, on the thread that runs it). Each monitor is a
+Runs in: every rank's training thread (the noise scale partly inside autograd's backward,
+on the thread that runs it; rank 0 publishes). Each monitor is a
 hyper-parameter (``monitor_gns``, ``monitor_ranks``: every N steps, 0 for off), so every
 rank switches it at the same step, and whether a step is measured depends only on the step
 index: ranks never disagree on the size of a collective.
 
 Noise scale (McCandlish et al. 2018; ALGORITHMS.md). The small batch is a micro-batch of
 one rank: a gradient hook on each parameter sees the rank's gradient before it is
-accumulated and all-reduced (AdaptDL collects it the same way), and the ranks' small norms
-are averaged; the big batch is the global one, the all-reduced mean in .grad. With one
+accumulated and all-reduced (AdaptDL collects it the same way), and the ranks' smoothed
+small norms are averaged every few steps; the big batch is the global one, the all-reduced
+mean in .grad. With one
 rank and no accumulation, two consecutive steps' gradients stand in for two ranks
 (AdaptDL's fallback). The two estimates are smoothed separately (bias-corrected EMA)
 before dividing. Only on measured steps are the hooks in place; on a GPU the sums stay
@@ -30,40 +31,64 @@ Number = Any  # a float on CPU, a 0-d tensor on a device
 
 
 class NoiseScale:
-    """The estimator: feed (|g_small|^2, B_small, |g_big|^2, B_big), read the smoothed values."""
+    """The estimator: feed (|g_small|^2, B_small, |g_big|^2, B_big) per measured step, read
+    the smoothed |G|^2, tr(Sigma) and their ratio.
+
+    Each step's |G|^2 and tr(Sigma) are linear in the two norms, so their EMAs are kept as
+    EMAs of the two norms' terms: a*big - c*small and d*small - d*big (a, c, d from the batch
+    sizes). A rank smooths its own small-norm terms; the mean over ranks of those EMAs is the
+    EMA of the ranks' mean, so the ranks need to average two numbers only when an estimate
+    is published, not at every step.
+    """
 
     def __init__(self) -> None:
         self.n = 0
-        self._g2: Number = 0.0
-        self._s: Number = 0.0
+        self._keep = 1.0  # the product of the smoothing factors so far (for the debias)
+        self._small: list[Number] = [0.0, 0.0]  # EMA of c*small, d*small (this rank's)
+        self._big: list[Number] = [0.0, 0.0]  # EMA of a*big, d*big
+        self._ratio: Number | None = None  # the last published B_simple
 
-    def update(self, small: Number, b_small: float, big: Number, b_big: float,
-               alpha: float) -> dict[str, Number]:
-        g2 = (b_big * big - b_small * small) / (b_big - b_small)  # |G|^2, unbiased
-        s = (small - big) / (1.0 / b_small - 1.0 / b_big)  # tr(Sigma), per sample
+    def add(self, small: Number, b_small: float, big: Number, b_big: float,
+            alpha: float) -> None:
+        a, c = b_big / (b_big - b_small), b_small / (b_big - b_small)
+        d = 1.0 / (1.0 / b_small - 1.0 / b_big)
         self.n += 1
-        self._g2 = alpha * self._g2 + (1 - alpha) * g2
-        self._s = alpha * self._s + (1 - alpha) * s
-        debias = 1 - alpha ** self.n
-        g2_hat, s_hat = self._g2 / debias, self._s / debias
-        out = {"grad_norm": big ** 0.5, "gns_grad_sq": g2_hat, "gns_var": s_hat}
-        if isinstance(g2_hat, float):
-            out["gns"] = s_hat / g2_hat if g2_hat else math.nan
-        else:
-            out["gns"] = s_hat / g2_hat
-        return out
+        self._keep *= alpha
+        self._small = [alpha * self._small[0] + (1 - alpha) * c * small,
+                       alpha * self._small[1] + (1 - alpha) * d * small]
+        self._big = [alpha * self._big[0] + (1 - alpha) * a * big,
+                     alpha * self._big[1] + (1 - alpha) * d * big]
+
+    def own_small(self) -> list[Number]:
+        """This rank's smoothed small-norm terms, to be averaged over ranks."""
+        return list(self._small)
+
+    def state(self) -> tuple[list[Number], float]:
+        """The big-norm terms and the debias divisor now (kept with an in-flight average)."""
+        return list(self._big), 1.0 - self._keep
+
+    def estimate(self, small: list[Number] | None = None,
+                 state: tuple[list[Number], float] | None = None) -> dict[str, Number]:
+        """|G|^2, tr(Sigma) and B_simple from the ranks' mean small terms (default: this
+        rank's) and the big terms of ``state`` (default: now)."""
+        cs, ds = small if small is not None else self._small
+        (ab, db), debias = state if state is not None else self.state()
+        g2, s = (ab - cs) / debias, (ds - db) / debias
+        gns = (s / g2 if g2 else math.nan) if isinstance(g2, float) else s / g2
+        self._ratio = gns
+        return {"gns_grad_sq": g2, "gns_var": s, "gns": gns}
 
     def simple(self) -> float | None:
-        """The current smoothed B_simple as a number (None before any estimate)."""
-        if not self.n:
-            return None
-        ratio = self._s / self._g2 if not isinstance(self._g2, float) or self._g2 else math.nan
-        return float(ratio)
+        """The last published B_simple as a number (None before any). On a device this waits
+        for it: only lr scaling asks, when the batch size changes."""
+        return None if self._ratio is None else float(self._ratio)
 
 
 class GNSMonitor:
     """Measures the noise scale of the steps ``monitor_gns`` selects, on every rank (each
     contributes its own small-batch norm); rank 0 publishes the estimate."""
+
+    REDUCE_EVERY = 16  # steps between averages of the ranks' terms (at most: measured steps)
 
     def __init__(self, model: Any, params: list[Any], world: int, rank: int) -> None:
         self.model, self.params, self.world, self.rank = model, params, world, rank
@@ -77,14 +102,18 @@ class GNSMonitor:
         self._big: Number | None = None
         self._prev: list[Any] | None = None  # one rank, no accumulation: last step's grads
         self._now: list[Any] | None = None  # ... and this step's, if run.backward saw them
-        # The ranks' small norms are averaged by an asynchronous all-reduce, read at the next
-        # measured step: (its work, its tensor, |G_big|^2, B_small, B_big).
-        self._inflight: tuple[Any, Any, Any, float, float] | None = None
+        # The ranks' average of their smoothed small terms, in flight: (its work, its
+        # tensor, the big terms and debias when it was issued); and the step it was issued.
+        self._inflight: tuple[Any, Any, tuple[list[Number], float]] | None = None
+        self._issued: int | None = None
 
     def arm(self, step: int, every: int, accumulation: int) -> None:
         """Decide whether step ``step`` is measured, and hook the parameters only then:
         a step that is not measured pays nothing, not even an idle hook."""
         self._pairs = self.world == 1 and accumulation == 1
+        if every <= 0 and self._inflight is not None:  # switched off: nothing to publish
+            self._inflight[0].wait()
+            self._inflight = self._issued = None
         self.measuring = every > 0 and (
             step % every == 0 or (self._pairs and every > 1 and step % every == 1))
         want = self.measuring and not self._pairs
@@ -120,7 +149,7 @@ class GNSMonitor:
             self._count += 1
             self._parts = []
 
-    def step_done(self, batch: int, micro: int, accumulation: int,
+    def step_done(self, step: int, batch: int, micro: int, accumulation: int,
                   alpha: float) -> dict[str, Number] | None:
         """At run.step: combine what the step measured; metrics for rank 0's record.
 
@@ -138,20 +167,28 @@ class GNSMonitor:
             big = _sumsq(self._grads())
         if not count or micro <= 0 or batch <= micro:
             return None
+        est = self.estimator
+        est.add(_num(small / count), micro, _num(big) if big is not None else 0.0, batch, alpha)
+        out: dict[str, Number] = {"grad_norm": _num(big) ** 0.5} if big is not None else {}
         if self.world == 1:
-            return self.estimator.update(_num(small / count), micro, _num(big), batch, alpha)
-        # Every rank's small norm, averaged (AdaptDL): one number in an asynchronous
-        # all-reduce on the model's own group (NCCL on GPUs: no host sync), issued in the
-        # same order on every rank and read one measured step later, long since done.
-        mine = (small / count) / self.world
-        t = (mine if isinstance(mine, torch.Tensor) else torch.tensor(mine)).reshape(1)
-        work = dist.all_reduce(t, async_op=True)
-        done, self._inflight = self._inflight, (work, t, big, float(micro), float(batch))
-        if done is None or self.rank != 0:
-            return None
-        work, t, big, b_small, b_big = done
-        work.wait()
-        return self.estimator.update(_num(t[0]), b_small, _num(big), b_big, alpha)
+            return {**out, **est.estimate()}
+        # The ranks' smoothed small terms are averaged (AdaptDL averages the norms; the
+        # EMA is linear, so this is the same) by an asynchronous all-reduce on the model's
+        # own group (NCCL on GPUs: no host sync), issued at the same steps on every rank
+        # every REDUCE_EVERY steps and read at the next measured step, long since done.
+        # Issuing it every REDUCE_EVERY steps, not every step, keeps the extra collective
+        # (and gloo's per-call thread hand-off) off most steps.
+        if self._inflight is not None:
+            work, t, state = self._inflight
+            self._inflight = None
+            work.wait()
+            if self.rank == 0:
+                out.update(est.estimate([_num(t[0]), _num(t[1])], state))
+        if self._issued is None or step - self._issued >= self.REDUCE_EVERY:
+            t = _pack(est.own_small(), self.world)
+            self._inflight = (dist.all_reduce(t, async_op=True), t, est.state())
+            self._issued = step
+        return out or None
 
     def _pair_step(self, batch: int, alpha: float) -> dict[str, Number] | None:
         copied = self._now is not None
@@ -164,7 +201,9 @@ class GNSMonitor:
         prev, self._prev = self._prev, None
         small = (_sumsq(prev) + _sumsq(grads)) / 2
         mean = [(a + b) / 2 for a, b in zip(prev, grads, strict=True)]
-        return self.estimator.update(_num(small), batch, _num(_sumsq(mean)), 2 * batch, alpha)
+        big = _num(_sumsq(mean))
+        self.estimator.add(_num(small), batch, big, 2 * batch, alpha)
+        return {"grad_norm": big ** 0.5, **self.estimator.estimate()}
 
     def _grads(self) -> list[Any]:
         return [p.grad.detach() for p in self.params if p.grad is not None]
@@ -176,6 +215,13 @@ def _sumsq(tensors: list[Any]) -> Any:
     # torch's own fused per-tensor norms (what clip_grad_norm_ uses), then one small sum.
     norms = torch._foreach_norm([t.float() if t.dtype != torch.float32 else t for t in tensors])
     return torch.stack(norms).square().sum()
+
+
+def _pack(values: list[Number], world: int) -> Any:
+    """This rank's share of a mean over ranks, as one tensor to all-reduce."""
+    if isinstance(values[0], torch.Tensor):
+        return torch.stack([v.float() for v in values]) / world
+    return torch.tensor(values, dtype=torch.float64) / world
 
 
 def _num(v: Any) -> Number:

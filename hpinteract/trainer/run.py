@@ -230,7 +230,8 @@ class Run:
         self._times.add(dt, data_time)
         noise = None
         if self._gns is not None and self._gns.measuring:  # every rank takes part
-            noise = self._gns.step_done(int(self.hp.get("batch_size", 0)), self.micro_batch,
+            noise = self._gns.step_done(self.step_index, int(self.hp.get("batch_size", 0)),
+                                        self.micro_batch,
                                         self.accumulation, float(self.hp["gns_smoothing"]))
         if self._coord is not None:
             rec: dict[str, Any] = {"step": self.step_index, "epoch": self.epoch,

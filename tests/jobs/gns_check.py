@@ -27,7 +27,7 @@ model = DDP(net)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 run.watch(model, opt)
 expected = []
-for _epoch in run.epochs(1):
+for _epoch in run.epochs(5):
     for x, y in run.dataloader(torch.utils.data.TensorDataset(X, Y), seed=2):
         ref = copy.deepcopy(net)  # a copy: the monitor's hooks must see only the real backward
         local = torch.autograd.grad(nn.functional.mse_loss(ref(x), y), list(ref.parameters()))

@@ -4,7 +4,6 @@ paths (micro-batches; consecutive steps) and, in a real 2-rank DDP job, the grad
 import json
 import math
 
-import numpy as np
 import pytest
 import torch
 from helpers import JOBS
@@ -17,15 +16,41 @@ from hpinteract.trainer.monitors import GNSMonitor, NoiseScale
 def test_the_estimator_follows_mccandlish_and_smooths_the_two_sums_separately():
     est = NoiseScale()
     # |G|^2 = (16*2 - 4*5)/12 = 1; tr(S) = (5 - 2)/(1/4 - 1/16) = 16: B_simple = 16.
-    out = est.update(5.0, 4, 2.0, 16, alpha=0.5)
+    est.add(5.0, 4, 2.0, 16, alpha=0.5)
+    out = est.estimate()
     assert out["gns_grad_sq"] == pytest.approx(1.0) and out["gns_var"] == pytest.approx(16.0)
-    assert out["gns"] == pytest.approx(16.0) and out["grad_norm"] == pytest.approx(2 ** 0.5)
+    assert out["gns"] == pytest.approx(16.0)
     # Second: |G|^2 = (16*1 - 4*4)/12 = 0, tr(S) = 3/(3/16) = 16. Debiased EMAs with 0.5:
     # |G|^2 = (0.5*0.5*1 + 0.5*0)/0.75 = 1/3, tr(S) = 16: the ratio of the means, 48 (the
     # mean of the ratios would be infinite).
-    out = est.update(4.0, 4, 1.0, 16, alpha=0.5)
+    est.add(4.0, 4, 1.0, 16, alpha=0.5)
+    out = est.estimate()
     assert out["gns_grad_sq"] == pytest.approx(1 / 3) and out["gns"] == pytest.approx(48.0)
     assert est.simple() == pytest.approx(48.0)
+
+
+def test_averaging_the_ranks_smoothed_terms_equals_smoothing_their_average():
+    # Two ranks, three steps, a batch size change in between and a smoothing change: the
+    # mean of the ranks' EMAs of their small-norm terms is the EMA of the mean small norm.
+    steps = [((5.0, 3.0), 2.0, 4, 8, 0.9), ((4.0, 6.0), 1.5, 8, 16, 0.9),
+             ((2.0, 2.5), 1.0, 8, 16, 0.5)]
+    ranks = [NoiseScale(), NoiseScale()]
+    together = NoiseScale()
+    for smalls, big, bs, bb, alpha in steps:
+        for est, small in zip(ranks, smalls, strict=True):
+            est.add(small, bs, big, bb, alpha)
+        together.add(sum(smalls) / 2, bs, big, bb, alpha)
+    mean = [(a + b) / 2 for a, b in zip(ranks[0].own_small(), ranks[1].own_small(),
+                                        strict=True)]
+    split, whole = ranks[0].estimate(mean), together.estimate()
+    for key in ("gns_grad_sq", "gns_var", "gns"):
+        assert split[key] == pytest.approx(whole[key], rel=1e-12)
+    # and the debias uses the product of the factors actually used: 1 - 0.9 * 0.9 * 0.5
+    g2 = [(bb * big - bs * sum(sm) / 2) / (bb - bs) for sm, big, bs, bb, _ in steps]
+    ema = 0.0
+    for value, (*_, alpha) in zip(g2, steps, strict=True):
+        ema = alpha * ema + (1 - alpha) * value
+    assert whole["gns_grad_sq"] == pytest.approx(ema / (1 - 0.9 * 0.9 * 0.5))
 
 
 def grads_of(model, x, y):
@@ -46,7 +71,7 @@ def test_one_rank_with_accumulation_uses_each_micro_batch_as_a_small_batch():
     for i in range(4):
         (nn.functional.mse_loss(model(x[2 * i:2 * i + 2]), y[2 * i:2 * i + 2]) * 0.25).backward()
         mon.after_backward(i, 4, 0.25)
-    out = mon.step_done(batch=8, micro=2, accumulation=4, alpha=0.9)
+    out = mon.step_done(0, batch=8, micro=2, accumulation=4, alpha=0.9)
     small = sum(float(g.square().sum()) for g in own) / 4
     big = float(g_all.square().sum())
     assert out["grad_norm"] == pytest.approx(math.sqrt(big), rel=1e-5)
@@ -64,7 +89,7 @@ def test_one_rank_without_accumulation_pairs_consecutive_steps():
         mon.arm(step, every=5, accumulation=1)  # steps 0 and 1 of every 5 form a pair
         assert mon.measuring
         seen.append(grads_of(model, x, y))  # no optimizer step: both at the same weights
-        out = mon.step_done(batch=4, micro=4, accumulation=1, alpha=0.9)
+        out = mon.step_done(step, batch=4, micro=4, accumulation=1, alpha=0.9)
     mon.arm(2, every=5, accumulation=1)
     assert not mon.measuring
     small = (float(seen[0].square().sum()) + float(seen[1].square().sum())) / 2
@@ -77,18 +102,21 @@ def test_two_ranks_average_their_own_gradients_norms_against_the_all_reduced_one
     assert job.wait(120).value == "finished", job.error
     expected = json.loads((job.run_dir.path / "expected.json").read_text())
     m = job.metrics().set_index("step")
-    assert len(expected) == len(m) == 10
-    # The ranks' small norms are averaged asynchronously: a step's estimate is published
-    # with the next measured step.
-    assert np.isnan(m.loc[0, "gns"])
+    assert len(expected) == len(m) == 50
+    # The ranks' smoothed small terms are averaged asynchronously every REDUCE_EVERY steps
+    # (from step 0): the estimate as of such a step is published with the next step.
+    every = GNSMonitor.REDUCE_EVERY
+    published = sorted(m.index[m["gns"].notna()])
+    assert published == [s + 1 for s in range(0, len(m) - 1, every)]
     g2 = s = 0.0
-    for n, e in enumerate(expected[:-1], start=1):
-        row = m.loc[e["step"] + 1]
+    for n, e in enumerate(expected, start=1):
         bs, bb = e["b_small"], e["b_big"]
         g2 = 0.9 * g2 + 0.1 * (bb * e["big"] - bs * e["small"]) / (bb - bs)
         s = 0.9 * s + 0.1 * (e["small"] - e["big"]) / (1 / bs - 1 / bb)
         debias = 1 - 0.9 ** n
-        assert row["grad_norm"] == pytest.approx(math.sqrt(e["big"]), rel=1e-4)
-        assert row["gns_grad_sq"] == pytest.approx(g2 / debias, rel=1e-4)
-        assert row["gns_var"] == pytest.approx(s / debias, rel=1e-4)
-        assert row["gns"] == pytest.approx(s / g2, rel=1e-4)
+        assert m.loc[e["step"], "grad_norm"] == pytest.approx(math.sqrt(e["big"]), rel=1e-4)
+        if e["step"] % every == 0 and e["step"] + 1 in m.index:
+            row = m.loc[e["step"] + 1]
+            assert row["gns_grad_sq"] == pytest.approx(g2 / debias, rel=1e-4)
+            assert row["gns_var"] == pytest.approx(s / debias, rel=1e-4)
+            assert row["gns"] == pytest.approx(s / g2, rel=1e-4)
