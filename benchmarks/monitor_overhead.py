@@ -15,7 +15,7 @@ a finite ``gns`` at every step the monitor measures, and none when it is off. Ea
 reports its CPU time by thread over the timed window, which says where a difference goes.
 
 Usage: .venv/bin/python benchmarks/monitor_overhead.py [--steps 1200] [--rounds 6]
-       [--gns 0,1,10] [--stream]
+       [--gns 0,1,10] [--batch 64] [--stream]
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=200, help="untimed steps before them")
     ap.add_argument("--rounds", type=int, default=6, help="an even number balances the order")
     ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64,
+                    help="global batch (train.py's default: 64, the smallest steps, where "
+                         "the monitor's fixed per-step cost weighs most)")
     ap.add_argument("--gns", default="0,1,10",
                     help="comma-separated monitor_gns values, one variant each; the first "
                          "is the base (0: off)")
@@ -111,8 +114,9 @@ def main() -> None:
     home = private_home(a.keep)
     OUT.mkdir(exist_ok=True)
     print(machine_facts())
-    print(f"monitor overhead: {a.nproc} ranks, gloo/CPU, {a.warmup} warm-up + {a.steps} timed "
-          f"steps, {a.rounds} rounds of {' / '.join(variants)} (hpi job, monitor_gns via "
+    print(f"monitor overhead: {a.nproc} ranks, gloo/CPU, global batch {a.batch}, {a.warmup} "
+          f"warm-up + {a.steps} timed steps, {a.rounds} rounds of {' / '.join(variants)} "
+          "(hpi job, monitor_gns via "
           f"hpi.launch hparams; live subscriber: {'yes' if a.stream else 'no'}; "
           f"HPINTERACT_HOME={home})\n", flush=True)
 
@@ -123,7 +127,8 @@ def main() -> None:
             out = OUT / f"monitor-{v.replace('=', '')}-{r}.json"
             out.unlink(missing_ok=True)
             t = time.monotonic()
-            rec = run_hpi(a, out, home, stream=a.stream, hparams={"monitor_gns": every})
+            rec = run_hpi(a, out, home, stream=a.stream, hparams={"monitor_gns": every},
+                          extra=("--batch", str(a.batch)))
             took = time.monotonic() - t
             rec.update(check_monitor(rec["job_id"], home, every, a.warmup + a.steps))
             results[v].append(rec)

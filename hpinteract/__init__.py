@@ -38,8 +38,22 @@ def init(*args: Any, **kwargs: Any) -> Run:
     return _init(*args, **kwargs)
 
 
+def compare(jobs: Any, metric: str = "loss", **options: Any) -> Any:
+    """Overlay one metric of several jobs in a live figure (notebook; the notebook extra)."""
+    from .notebook.compare import compare as _compare
+
+    return _compare(jobs, metric, **options)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext hpinteract``: the ``%hp`` magics."""
+    from .notebook.magics import load
+
+    load(ipython)
+
+
 __all__ = [
     "Ack", "AuthError", "ConfigError", "HParam", "HpiError", "HpiTimeout", "InvalidCommand",
     "InvalidHParam", "InvalidState", "Job", "JobError", "JobFailed", "JobNotFound", "JobState",
-    "JobSummary", "ProtocolError", "attach", "init", "jobs", "launch",
+    "JobSummary", "ProtocolError", "attach", "compare", "init", "jobs", "launch",
 ]

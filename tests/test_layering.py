@@ -20,6 +20,10 @@ ALLOWED = {
     "server": {"protocol", "transport", "client", "policies", "server"},
 }
 TORCH_FREE = {"protocol", "transport", "client", "policies", "notebook", "server"}
+# The exceptions, each with its reason: Job.dashboard()/plot() are DESIGN's public API on
+# the client's Job, and open the notebook layer when called (inside the method, so the
+# client loads without it: test_importing_the_client_loads_no_torch_nor_the_notebook).
+EXCEPTIONS = {("client/job.py", "notebook")}
 
 
 def imports(path: Path) -> list[tuple[str, int]]:
@@ -48,6 +52,9 @@ def test_layers_import_only_downwards():
         for py in (PKG / layer).rglob("*.py") if (PKG / layer).exists() else []:
             for name, level in imports(py):
                 target = layer_of(name, level, layer)
+                rel = str(py.relative_to(PKG))
+                if (rel, target) in EXCEPTIONS:
+                    continue
                 if target is not None and target in ALLOWED and target not in allowed:
                     bad.append(f"{py.relative_to(PKG)} imports {target}")
                 if layer in TORCH_FREE and level == 0 and name.split(".")[0] == "torch":
@@ -55,7 +62,9 @@ def test_layers_import_only_downwards():
     assert not bad, bad
 
 
-def test_importing_the_client_loads_no_torch():
+def test_importing_the_client_loads_no_torch_nor_the_notebook():
     code = ("import sys, hpinteract, hpinteract.client, hpinteract.cli\n"
-            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+            "assert 'torch' not in sys.modules, 'torch was imported'\n"
+            "assert 'hpinteract.notebook' not in sys.modules, 'the notebook layer was'\n"
+            "assert 'bokeh' not in sys.modules, 'bokeh was imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)

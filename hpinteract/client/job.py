@@ -296,6 +296,24 @@ class Job:
         a ``kind``."""
         return stream_records(self, idle_s, since, stop)
 
+    # ---- notebook views (the notebook extra) ------------------------------------------------
+    def dashboard(self, **options: Any) -> Any:
+        """The control panel and live plots of this job, for a notebook cell: one control
+        per hyper-parameter, pause/resume/stop, progress, and plots of every metric that
+        keep updating while the kernel stays free. Options: ``metrics`` (names to plot),
+        ``smoothing`` (0-0.99), ``log``, ``budget`` (points per line)."""
+        # The one upward import of the client (DESIGN's public API puts dashboard() on
+        # Job); it happens on call, so the client itself loads without the notebook extra.
+        from ..notebook.dashboard import Dashboard
+
+        return Dashboard(self, **options)
+
+    def plot(self, metrics: list[str] | None = None, **options: Any) -> Any:
+        """Live plots alone (no controls), of ``metrics`` or of everything."""
+        from ..notebook.dashboard import Dashboard
+
+        return Dashboard(self, metrics=metrics, controls=False, **options)
+
     # ---- policies ------------------------------------------------------------------------------
     def add_policy(self, policy: Any, every: int = 1, name: str | None = None,
                    **params: Any) -> str:

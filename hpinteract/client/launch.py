@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,9 +21,30 @@ from ..protocol.hparams import _kind_of
 from ..protocol.rundir import RunDir, atomic_write_json, find_run_dir, iter_run_dirs, read_json
 from .job import Job
 
+FUNCTION_FILE = "function.pkl"  # in the run directory: a cell's train(run), pickled
+
+
+def _write_function(run_dir: RunDir, fn: Callable[..., Any], init: Mapping[str, Any]) -> str:
+    """Pickle ``fn`` (by value, with what it references from the notebook) and the
+    ``hpi.init`` arguments into the owner-only run directory; the ranks' bootstrap loads
+    it from there. It never travels over a socket."""
+    import cloudpickle  # here: only function launches need it
+
+    try:
+        payload = cloudpickle.dumps({"fn": fn, "init": dict(init)})
+    except Exception as exc:
+        raise ConfigError(f"cannot send {getattr(fn, '__name__', fn)!r} to the job: "
+                          f"pickling it failed ({type(exc).__name__}: {exc}); define what it "
+                          "uses inside the function, or use a script") from exc
+    path = run_dir.path / FUNCTION_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(payload)
+    return FUNCTION_FILE
+
 
 def launch(
-    script: str | os.PathLike[str],
+    script: str | os.PathLike[str] | Callable[..., Any],
     nproc: int = 1,
     hparams: Mapping[str, Any] | None = None,
     args: Sequence[str] = (),
@@ -33,15 +54,27 @@ def launch(
     job_id: str | None = None,
     home: str | os.PathLike[str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
+    init: Mapping[str, Any] | None = None,
 ) -> Job:
     """Start ``script`` under torchrun with ``nproc`` ranks, detached; returns its Job.
 
-    ``hparams`` override the script's defaults (validated by the job at start-up);
-    ``backend`` forces gloo or nccl (default: nccl with GPUs, else gloo).
+    ``script`` is a path, or a function ``train(run)`` (say, defined in a notebook cell):
+    every rank then calls ``hpi.init(hparams=hparams, **init)`` and the function with the
+    Run, then finishes the run. ``hparams`` override a script's defaults (validated by the
+    job at start-up); ``backend`` forces gloo or nccl (default: nccl with GPUs, else gloo).
     """
-    path = Path(script).expanduser().resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"no training script at {path}")
+    fn = script if callable(script) else None
+    if fn is None:
+        if init:
+            raise ConfigError("init= is for launching a function; a script calls hpi.init "
+                              "itself")
+        path = Path(script).expanduser().resolve()  # type: ignore[arg-type]
+        if not path.is_file():
+            raise FileNotFoundError(f"no training script at {path}")
+        label, workdir = str(path), cwd or path.parent
+    else:
+        label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+        workdir = cwd or os.getcwd()  # where the notebook runs: its relative paths work
     if int(nproc) < 1:
         raise ConfigError(f"nproc must be at least 1, got {nproc}")
     overrides = dict(hparams or {})
@@ -53,10 +86,13 @@ def launch(
     root = Path(home).expanduser() if home is not None else None
     run_dir = RunDir.create(job_id, root)
     spec: dict[str, Any] = {
-        "job_id": run_dir.job_id, "script": str(path), "args": [str(a) for a in args],
+        "job_id": run_dir.job_id, "script": label, "args": [str(a) for a in args],
         "nproc": int(nproc), "hparams": overrides, "backend": backend,
         "created": time.time(), "hostname": socket.gethostname(), "python": sys.executable,
     }
+    if fn is not None:
+        spec["function"] = _write_function(run_dir, fn, init or {})
+        spec["cwd"] = str(Path(workdir).resolve())
     atomic_write_json(run_dir.job_file, spec)
     child_env = {**os.environ, **(env or {}), "HPINTERACT_RUN_DIR": str(run_dir.path),
                  "PYTHONUNBUFFERED": "1"}
@@ -68,7 +104,7 @@ def launch(
         proc = subprocess.Popen(
             [sys.executable, "-m", "hpinteract.trainer.supervisor", str(run_dir.path)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=str(cwd or path.parent), env=child_env,
+            start_new_session=True, cwd=str(workdir), env=child_env,
         )
     atomic_write_json(run_dir.job_file, {**spec, "supervisor_pid": proc.pid})
     return Job(run_dir, proc)

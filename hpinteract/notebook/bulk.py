@@ -1,0 +1,134 @@
+"""A job's whole history, read from its run directory as columns, fast enough for a
+1,000,000-step run to open in about a second.
+
+Runs in: the notebook kernel (any client process). The metrics log is JSON lines; decoding
+a million of them into dicts and then into columns costs seconds in Python, so the lines
+are parsed by pyarrow's multithreaded JSON reader straight into columns when pyarrow is
+installed (it is a pandas companion most data-science environments carry). Without it, or
+for a log pyarrow refuses (a diverged run writes ``NaN``, which is not JSON), one
+``json.loads`` of the whole file as an array is the fallback: still one C call, not a
+million.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..client.history import read_records
+from ..protocol.rundir import RunDir
+from .decimate import Array
+
+Columns = dict[str, tuple[Array, Array]]
+_SENTINEL = -1.2345678901234567e308  # stands for a non-finite value while pyarrow parses
+_SENTINEL_TEXT = repr(_SENTINEL).encode()
+
+
+@dataclass
+class History:
+    columns: Columns = field(default_factory=dict)  # metric -> (steps, values)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    last_seq: int = 0  # the live stream continues after this
+    count: int = 0  # metric records read
+    last_metric: dict[str, Any] | None = None  # the newest training record, for progress
+
+
+def _complete_lines(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return b""
+    end = data.rfind(b"\n")  # a line still being written is left for the live stream
+    return data[: end + 1] if end >= 0 else b""
+
+
+def _arrow_columns(data: bytes) -> tuple[Columns, int, int] | None:
+    try:
+        import pyarrow as pa
+        import pyarrow.json as pj
+    except ImportError:
+        return None
+    # json.dumps writes a non-finite float as NaN / Infinity, which is not JSON: as a value
+    # (after a colon, so no string is touched) it becomes a sentinel that is turned back
+    # into NaN below, so a diverged step stays a gap in the line, not a bridged point.
+    for token in (b":-Infinity", b":Infinity", b":NaN"):
+        if token in data:  # a scan is cheap; a copy of the whole log is not
+            data = data.replace(token, b":" + _SENTINEL_TEXT)
+    try:
+        # Large blocks: the reader's threads parse one block each (4x faster than 4 MiB).
+        table = pj.read_json(BytesIO(data), read_options=pj.ReadOptions(block_size=1 << 24))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None  # mixed types in a column, say: the fallback decodes it as it is
+    names = table.column_names
+    if "step" not in names or "seq" not in names:
+        return {}, 0, 0
+    steps = table.column("step").to_numpy(zero_copy_only=False).astype(np.float64)
+    seqs = table.column("seq").to_numpy(zero_copy_only=False)
+    cols: Columns = {}
+    for name in names:
+        if name in ("seq", "step"):
+            continue
+        col = table.column(name)
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            continue  # strings, booleans (the eval flag), nested values: not plotted
+        values = col.to_numpy(zero_copy_only=False).astype(np.float64)
+        values[values == _SENTINEL] = np.nan
+        keep = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        cols[name] = (steps[keep], values[keep])
+    return cols, int(seqs.max()) if len(seqs) else 0, len(seqs)
+
+
+def _json_columns(data: bytes) -> tuple[Columns, int, int]:
+    lines = [ln for ln in data.split(b"\n") if ln.strip()]
+    try:
+        records = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:  # a torn line in the middle (a crash): decode line by line
+        records = []
+        for ln in lines:
+            try:
+                records.append(json.loads(ln))
+            except ValueError:
+                continue
+    raw: dict[str, tuple[list[float], list[float]]] = {}
+    last = 0
+    for rec in records:
+        if not isinstance(rec, dict):
+            continue
+        last = max(last, int(rec.get("seq", 0)))
+        step = rec.get("step")
+        if not isinstance(step, int | float):
+            continue
+        for k, v in rec.items():
+            if k in ("seq", "step") or isinstance(v, bool) or not isinstance(v, int | float):
+                continue
+            xs, ys = raw.setdefault(k, ([], []))
+            xs.append(step)
+            ys.append(v)
+    cols = {k: (np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64))
+            for k, (xs, ys) in raw.items()}
+    return cols, last, len(records)
+
+
+def load_history(run_dir: RunDir) -> History:
+    """Every metric as (steps, values) columns, and the events up to the same point, as
+    the files hold them. The two logs are read one after the other while the job writes
+    both, so events newer than the last metric read are left to the live stream (which
+    continues after ``last_seq``): nothing is missed and nothing comes twice."""
+    data = _complete_lines(run_dir.metrics_log)
+    got = _arrow_columns(data) if data else ({}, 0, 0)
+    cols, last_seq, count = got if got is not None else _json_columns(data)
+    events = [e for e in read_records(run_dir.events_log) if int(e.get("seq", 0)) <= last_seq]
+    last_metric = None
+    if data:
+        start = data.rfind(b"\n", 0, len(data) - 1) + 1
+        try:
+            rec = json.loads(data[start:])
+        except ValueError:
+            rec = None
+        last_metric = rec if isinstance(rec, dict) and not rec.get("eval") else None
+    return History(cols, events, last_seq, count, last_metric)

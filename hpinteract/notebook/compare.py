@@ -1,0 +1,94 @@
+"""``hpi.compare([job1, job2], metric="loss")``: one metric of several jobs, overlaid, live.
+
+Runs in: the notebook kernel. Each job's history comes from its run directory, then its
+live stream, exactly as in a dashboard; all lines share one figure (and its smoothing and
+log controls), named by job id or by the ``labels`` given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as w
+from jupyter_bokeh.widgets import BokehModel
+
+from .bulk import load_history
+from .live import Feed, Ticker
+from .plots import LivePlots
+from .series import columns
+
+INTERVAL_S = 0.25
+
+
+class Comparison:
+    """Lines of ``metric``, one per job; displayed like a dashboard, live until all end."""
+
+    def __init__(self, jobs: Sequence[Any], metric: str = "loss",
+                 labels: Sequence[str] | None = None, smoothing: float = 0.0,
+                 log: bool = False, budget: int = 2000) -> None:
+        if not jobs:
+            raise ValueError("compare needs at least one job")
+        names = list(labels) if labels is not None else [j.id for j in jobs]
+        if len(names) != len(jobs) or len(set(names)) != len(names):
+            raise ValueError(f"labels must name each job once, got {names!r} for "
+                             f"{len(jobs)} jobs")
+        self.metric = metric
+        self.labels = dict(zip((j.id for j in jobs), names, strict=True))
+        self.plots = LivePlots(names, budget=budget, smoothing=smoothing, log=log,
+                               group=lambda _name: metric)
+        self.feeds: list[tuple[str, Feed]] = []
+        for job, label in zip(jobs, names, strict=True):
+            hist = load_history(job.run_dir)
+            if metric in hist.columns:
+                xs, ys = hist.columns[metric]
+                self.plots.add_points(label, xs, ys)
+            self.feeds.append((label, Feed(job, since=hist.last_seq)))
+        self.plots.pump()
+        self.smoothing = w.FloatSlider(value=smoothing, min=0.0, max=0.99, step=0.01,
+                                       description="smoothing", continuous_update=False)
+        self.smoothing.observe(lambda c: self.plots.set_smoothing(float(c["new"])), "value")
+        self.log = w.ToggleButton(value=log, description="log y")
+        self.log.observe(lambda c: self.plots.set_log(bool(c["new"])), "value")
+        self.message = w.HTML()
+        self.bokeh = BokehModel(self.plots.layout, layout=w.Layout(width="100%"))
+        self.widget = w.VBox([w.HBox([self.smoothing, self.log, self.message]), self.bokeh])
+        self.ticker = Ticker(self._tick, INTERVAL_S, self._failed)
+        self.ticker.start()
+
+    def _tick(self) -> bool:
+        for label, feed in self.feeds:
+            metrics = [r for r in feed.take() if "kind" not in r]
+            got = columns(metrics, {self.metric}).get(self.metric)
+            if got is not None:
+                self.plots.add_points(label, *got)
+            if feed.error:
+                self._failed(f"{label}: {feed.error}")
+        self.plots.pump()
+        return not all(feed.done for _, feed in self.feeds)
+
+    def _failed(self, text: str) -> None:
+        self.message.value = f"<pre style='color:#dc3545'>{text}</pre>"
+
+    def point_counts(self) -> dict[str, int]:
+        return self.plots.point_counts()
+
+    @property
+    def live(self) -> bool:
+        return self.ticker.running
+
+    def close(self) -> None:
+        self.ticker.stop()
+        for _, feed in self.feeds:
+            feed.close()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def compare(jobs: Sequence[Any], metric: str = "loss", **options: Any) -> Comparison:
+    """Overlay ``metric`` of several jobs (Job objects or ids) in one live figure."""
+    from ..client import attach
+
+    resolved = [attach(j) if isinstance(j, str) else j for j in jobs]
+    return Comparison(resolved, metric, **options)

@@ -1,0 +1,159 @@
+"""``job.dashboard()`` and ``job.plot()``: the control panel and live plots of one job.
+
+Runs in: the notebook kernel. Opening reads the job's whole history from its run
+directory in bulk (columnar, see ``bulk``), then follows the live stream from where the
+files ended; a ``Ticker`` on the kernel's event loop moves new records into the plots and
+widgets four times a second. Reopening after a kernel restart
+(``hpi.attach("latest").dashboard()``) therefore shows everything, from the job's files.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import ipywidgets as w
+from jupyter_bokeh.widgets import BokehModel
+
+from .bulk import load_history
+from .live import Feed, Ticker, Worker
+from .panel import ControlPanel
+from .plots import LivePlots
+from .series import columns
+
+INTERVAL_S = 0.25  # how often the display catches up: a few times a second, batched
+
+
+class Dashboard:
+    """Live plots (and, with ``controls``, the control panel) of one job. Display it as
+    the last expression of a cell; it keeps updating until the job ends or ``close()``."""
+
+    def __init__(self, job: Any, metrics: list[str] | None = None, controls: bool = True,
+                 smoothing: float = 0.0, log: bool = False, budget: int = 2000) -> None:
+        self.job = job
+        self.plots = LivePlots(metrics, budget=budget, smoothing=smoothing, log=log)
+        status = _status(job)
+        self._epochs = status.get("epochs")
+        self.worker = Worker()
+        self.panel: ControlPanel | None = None
+        self._panel_box = w.VBox()
+        # A job that is still starting has no specs yet: the panel comes when they do.
+        self._want_panel = controls
+        if controls and status.get("specs"):
+            self._build_panel(status)
+        hist = load_history(job.run_dir)
+        for name, (xs, ys) in hist.columns.items():
+            self.plots.add_points(name, xs, ys)
+        for ev in hist.events:
+            self._event(ev)
+        if hist.last_metric is not None and self.panel is not None:
+            self.panel.on_metrics(hist.last_metric, self._epochs)
+        self.records = hist.count
+        self.feed = Feed(job, since=hist.last_seq)
+        self.smoothing = w.FloatSlider(value=smoothing, min=0.0, max=0.99, step=0.01,
+                                       description="smoothing", continuous_update=False,
+                                       readout_format=".2f")
+        self.smoothing.observe(lambda c: self.plots.set_smoothing(float(c["new"])), "value")
+        self.log = w.ToggleButton(value=log, description="log y", icon="line-chart",
+                                  tooltip="logarithmic y axes")
+        self.log.observe(lambda c: self.plots.set_log(bool(c["new"])), "value")
+        self.message = w.HTML()
+        self.plots.pump()
+        self.bokeh = BokehModel(self.plots.layout, layout=w.Layout(width="100%"))
+        tools = w.HBox([self.smoothing, self.log, self.message])
+        parts = [self._panel_box, tools, self.bokeh]
+        self.widget = w.VBox(parts, layout=w.Layout(width="100%"))
+        self.ticker = Ticker(self._tick, INTERVAL_S, self._failed)
+        self.ticker.start()
+
+    def _build_panel(self, status: dict[str, Any]) -> None:
+        self._want_panel = False
+        self._epochs = status.get("epochs")
+        self.panel = ControlPanel(self.job, status, self.worker.submit)
+        self._panel_box.children = [self.panel.widget]
+
+    def _ask_status(self) -> None:
+        def done(status: Any, exc: BaseException | None) -> None:
+            self._asking = False
+            if exc is None and status.get("specs") and self._want_panel:
+                self._build_panel(status)
+
+        self._asking = True
+        self.worker.submit(self.job.status, done)
+
+    _asking = False
+
+    # ---- the event loop --------------------------------------------------------------------
+    def _tick(self) -> bool:
+        self.worker.deliver()
+        if self._want_panel and not self._asking and self.job.run_dir.connection.exists():
+            self._ask_status()
+        batch = self.feed.take()
+        metrics = [r for r in batch if "kind" not in r]
+        self.records += len(metrics)
+        for name, (xs, ys) in columns(metrics).items():
+            self.plots.add_points(name, xs, ys)
+        for ev in (r for r in batch if "kind" in r):
+            self._event(ev)
+        if metrics and self.panel is not None:
+            self.panel.on_metrics(metrics[-1], self._epochs)
+        self.plots.pump()
+        if self.feed.done:
+            self._ended()
+            return self.worker.busy > 0  # let the last command's answer arrive
+        return True
+
+    def _event(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("kind")
+        if kind == "change" and ev.get("status") == "applied":
+            step = float(ev.get("applied_at_step", 0))
+            for name, value in (ev.get("values") or {}).items():
+                self.plots.add_change(step, f"{name} = {value} ({ev.get('source', '?')}, "
+                                            f"step {int(step)})", name)
+            if self.panel is not None:
+                self.panel.on_change(ev)
+        elif kind == "state" and self.panel is not None:
+            self.panel.set_state(str(ev.get("state")))
+            if ev.get("error"):
+                self.panel.report(str(ev["error"]))
+
+    def _ended(self) -> None:
+        if self.feed.error:
+            self._failed(self.feed.error)
+        if self.panel is None:
+            return
+        state = self.job.state
+        self.panel.set_state(state.value)
+        err = self.job.error
+        if err is not None:
+            self.panel.report(str(err) + (f"\n\n{err.traceback}" if err.traceback else ""))
+
+    def _failed(self, text: str) -> None:
+        self.message.value = (f"<pre style='color:#dc3545;white-space:pre-wrap'>"
+                              f"{html.escape(text)}</pre>")
+
+    # ---- the user's side -------------------------------------------------------------------
+    @property
+    def live(self) -> bool:
+        """Whether the dashboard is still following the job."""
+        return self.ticker.running
+
+    def point_counts(self) -> dict[str, int]:
+        """Points each plotted line holds now (bounded by ``budget``)."""
+        return self.plots.point_counts()
+
+    def close(self) -> None:
+        """Stop following the job (the figures stay as they are)."""
+        self.ticker.stop()
+        self.feed.close()
+        self.worker.close()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+def _status(job: Any) -> dict[str, Any]:
+    try:
+        return dict(job.status())
+    except Exception:
+        return {"state": job.state.value}
