@@ -14,7 +14,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments, real_name
 
 from ..client import Job, attach, jobs, launch
 from ..client.values import parse_assignments
@@ -23,6 +23,16 @@ from ..protocol.errors import HpiError
 
 SUBCOMMANDS = ("launch", "attach", "set", "get", "status", "pause", "resume", "stop",
                "dashboard", "jobs", "policy")
+
+
+def _parse(magic: Any, rest: str) -> Any:
+    """Shell-like splitting (quotes group words and are removed, unlike IPython's
+    arg_split), then the subcommand's argparse parser, which raises UsageError."""
+    try:
+        argv = shlex.split(rest)
+    except ValueError as exc:  # an unclosed quote
+        raise UsageError(f"{real_name(magic)}: {exc}") from None
+    return magic.parser.parse_args(argv)
 
 
 @magics_class
@@ -56,7 +66,7 @@ class HpMagics(Magics):
                              "FUNCTION or pick one with %hp attach ID|latest")
         return self.job
 
-    @magic_arguments()
+    @magic_arguments(name="%hp launch")
     @argument("target", help="a training script (path), or a function train(run) defined "
                              "in this notebook")
     @argument("--nproc", type=int, default=1, help="ranks (default 1)")
@@ -66,7 +76,7 @@ class HpMagics(Magics):
     def _launch(self, rest: str) -> Job:
         """%hp launch SCRIPT_OR_FUNCTION [--nproc N] [--set k=v ...] [-- script args]"""
         own, sep, script_args = rest.partition(" -- ")
-        args = parse_argstring(self._launch, own)
+        args = _parse(self._launch, own)
         hparams = parse_assignments(args.set)
         target: Any = args.target
         fn = self.user_ns.get(target) if target.isidentifier() else None
@@ -82,20 +92,20 @@ class HpMagics(Magics):
                           args=shlex.split(script_args) if sep else ())
         return self.job
 
-    @magic_arguments()
+    @magic_arguments(name="%hp attach")
     @argument("job", nargs="?", default="latest", help="a job id, a unique prefix, or latest")
     def _attach(self, rest: str) -> Job:
         """%hp attach [ID|latest]"""
-        args = parse_argstring(self._attach, rest)
+        args = _parse(self._attach, rest)
         self.job = attach(args.job)
         return self.job
 
-    @magic_arguments()
+    @magic_arguments(name="%hp set")
     @argument("values", nargs="+", metavar="K=V")
     @argument("--reason", default=None, help="written to the change log with the change")
     def _set(self, rest: str) -> Any:
         """%hp set k=v [k=v ...] [--reason TEXT]"""
-        args = parse_argstring(self._set, rest)
+        args = _parse(self._set, rest)
         return self.current().set(parse_assignments(args.values), source="magic",
                                   reason=args.reason)
 
@@ -135,7 +145,7 @@ class HpMagics(Magics):
         return pd.DataFrame([j._asdict() for j in jobs()],
                             columns=["id", "state", "script", "nproc", "step", "created"])
 
-    @magic_arguments()
+    @magic_arguments(name="%hp policy")
     @argument("action", choices=("add", "list", "remove", "enable"))
     @argument("name", nargs="?", help="a built-in (adaptive_batch, warmup, ...) or a Policy "
                                       "or function defined in this notebook")
@@ -143,7 +153,7 @@ class HpMagics(Magics):
     @argument("--every", type=int, default=1, help="run every N steps (default 1)")
     def _policy(self, rest: str) -> Any:
         """%hp policy add NAME [k=v ...] [--every N] | list | remove NAME | enable NAME"""
-        args = parse_argstring(self._policy, rest)
+        args = _parse(self._policy, rest)
         job = self.current()
         if args.action == "list":
             import pandas as pd

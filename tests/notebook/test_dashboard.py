@@ -1,0 +1,100 @@
+"""The dashboard in a real kernel against a real 2-rank job: plots that grow while the
+kernel runs other cells, widgets bound to the job, errors shown and nothing applied, and
+the whole history after a kernel restart."""
+
+from __future__ import annotations
+
+from helpers import TOY
+from notebook.kernel import Kernel
+
+WAIT = """
+import asyncio
+
+async def until(cond, timeout=60):
+    for _ in range(int(timeout / 0.1)):
+        if cond():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("timed out")
+"""
+
+
+def test_the_dashboard_follows_and_controls_a_job(kernel):
+    kernel.run(WAIT)
+    kernel.run(f"""
+        import asyncio, time
+        import hpinteract as hpi
+        job = hpi.launch({str(TOY)!r}, nproc=2, args=["--epochs", "400"],
+                         hparams={{"sleep": 0.01}})
+        d = job.dashboard()
+        d
+    """)
+    # Another cell runs while the plots fill: the kernel is free.
+    kernel.run("""
+        await until(lambda: d.point_counts().get("loss", 0) >= 20 and d.panel is not None)
+        first = d.point_counts()["loss"]
+        await until(lambda: d.point_counts()["loss"] > first + 20)
+        assert d.live and set(d.plots.figures) >= {"loss", "accuracy", "learning rate"}
+    """)
+    # The lr slider: applied at a step on every rank, shown with that step.
+    kernel.run("""
+        row = d.panel.rows["lr"]
+        assert type(row.control).__name__ == "FloatLogSlider"
+        row.control.value = 0.01
+        await until(lambda: "since step" in row.state.value)
+        assert job.hparams["lr"] == 0.01, job.hparams
+        step = int(row.state.value.split("since step ")[1].split(" ")[0])
+        ev = job.events()
+        applied = ev[(ev.kind == "change") & (ev.source == "widget")]
+        assert applied.applied_at_step.tolist() == [step], (applied, step)
+        await until(lambda: any("lr = 0.01" in s for s in
+                                d.plots.figures["learning rate"].changes.data["label"]))
+    """)
+    # A value the job refuses: the error is shown next to the control, nothing applied.
+    kernel.run("""
+        row = d.panel.rows["dropout"]
+        row.control.value = 0.9  # the slider's top: valid
+        await until(lambda: "since step" in row.state.value)
+        bs = d.panel.rows["batch_size"]
+        assert all(b % 2 == 0 for b in bs.control.options), bs.control.options
+        t = d.panel.rows["sleep"]
+        assert type(t.control).__name__ == "Text"  # a float without bounds
+        t.control.value = "abc"  # typed: not a number, which the job refuses
+        t._submit()
+        await until(lambda: t.error.value != "")
+        assert "sleep must be float" in t.error.value, t.error.value
+        assert job.hparams["sleep"] == 0.01 and t.control.value == "0.01"
+    """)
+    # A change from elsewhere (here the API) shows on its row, with its source.
+    kernel.run("""
+        ack = job.set(momentum=0.5)
+        await until(lambda: "(api)" in d.panel.rows["momentum"].state.value)
+        assert f"since step {ack.applied_at_step}" in d.panel.rows["momentum"].state.value
+        d.panel.buttons["pause"].click()
+        await until(lambda: job.state.value == "paused")
+        d.panel.buttons["resume"].click()
+        await until(lambda: job.state.value == "running")
+        d.panel.buttons["stop"].click()
+        await until(lambda: not d.live, timeout=90)
+        assert job.state.value == "finished" and "finished" in d.panel.badge.value
+        n = len(job.metrics())
+        print(job.id, n)
+    """)
+
+
+def test_reopening_after_a_kernel_restart_shows_the_whole_history():
+    k = Kernel()
+    try:
+        out = k.run("""
+            import asyncio, hpinteract as hpi
+            job = hpi.attach("latest")
+            d = job.dashboard()
+            await asyncio.sleep(1)
+            n = len(job.metrics())
+            print(d.records == n, d.point_counts()["loss"] == min(n, 2000), n,
+                  job.state.value, d.live)
+        """)
+    finally:
+        k.close()
+    assert out.split()[:2] == ["True", "True"], out
+    assert "finished False" in out, out
