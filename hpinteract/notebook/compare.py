@@ -14,7 +14,7 @@ import ipywidgets as w
 from jupyter_bokeh.widgets import BokehModel
 
 from .bulk import load_history
-from .live import Feed, Ticker
+from .live import Feed, Ticker, show
 from .plots import LivePlots
 from .series import columns
 
@@ -82,8 +82,8 @@ class Comparison:
         for _, feed in self.feeds:
             feed.close()
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+    def _ipython_display_(self) -> None:
+        show(self.widget)
 
 
 def compare(jobs: Sequence[Any], metric: str = "loss", **options: Any) -> Comparison:

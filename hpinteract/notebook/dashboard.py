@@ -9,14 +9,17 @@ widgets four times a second. Reopening after a kernel restart
 
 from __future__ import annotations
 
+import asyncio
 import html
+import time
 from typing import Any
 
 import ipywidgets as w
 from jupyter_bokeh.widgets import BokehModel
 
+from ..protocol.errors import HpiTimeout
 from .bulk import load_history
-from .live import Feed, Ticker, Worker
+from .live import Feed, Ticker, Worker, show
 from .panel import ControlPanel
 from .plots import LivePlots
 from .series import columns
@@ -46,6 +49,8 @@ class Dashboard:
             self.plots.add_points(name, xs, ys)
         for ev in hist.events:
             self._event(ev)
+        self._step = int(max((xs[-1] for xs, _ in hist.columns.values() if len(xs)),
+                             default=-1))
         if hist.last_metric is not None and self.panel is not None:
             self.panel.on_metrics(hist.last_metric, self._epochs)
         self.records = hist.count
@@ -95,8 +100,11 @@ class Dashboard:
             self.plots.add_points(name, xs, ys)
         for ev in (r for r in batch if "kind" in r):
             self._event(ev)
-        if metrics and self.panel is not None:
-            self.panel.on_metrics(metrics[-1], self._epochs)
+        train = [r for r in metrics if not r.get("eval")]
+        if train:
+            self._step = max(self._step, int(train[-1].get("step", -1)))
+            if self.panel is not None:
+                self.panel.on_metrics(train[-1], self._epochs)
         self.plots.pump()
         if self.feed.done:
             self._ended()
@@ -138,6 +146,23 @@ class Dashboard:
         """Whether the dashboard is still following the job."""
         return self.ticker.running
 
+    @property
+    def step(self) -> int:
+        """The newest step the dashboard has shown (-1 before any)."""
+        return self._step
+
+    async def until(self, step: int, timeout: float = 300.0) -> int:
+        """``await dash.until(step=200)`` in a cell: wait, with the kernel free and the
+        plots updating, until the dashboard has shown ``step`` (or the job has ended);
+        returns the newest step shown. For notebooks that script a session."""
+        deadline = time.monotonic() + timeout
+        while self._step < step and self.live:
+            if time.monotonic() > deadline:
+                raise HpiTimeout(f"job {self.job.id} did not reach step {step} in "
+                                 f"{timeout:.0f}s (at {self._step})")
+            await asyncio.sleep(INTERVAL_S / 2)
+        return self._step
+
     def point_counts(self) -> dict[str, int]:
         """Points each plotted line holds now (bounded by ``budget``)."""
         return self.plots.point_counts()
@@ -148,8 +173,8 @@ class Dashboard:
         self.feed.close()
         self.worker.close()
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+    def _ipython_display_(self) -> None:
+        show(self.widget)
 
 
 def _status(job: Any) -> dict[str, Any]:

@@ -23,6 +23,20 @@ from typing import Any
 Done = Callable[[Any, BaseException | None], None]
 
 
+def show(widget: Any) -> None:
+    """Display a widget holding Bokeh figures: BokehJS first (jupyter_bokeh's view needs it
+    in the page), inline by default so that it works with no internet (set
+    BOKEH_RESOURCES=cdn for a smaller notebook file); its loader skips a page that has it."""
+    from bokeh.io import output_notebook
+    from bokeh.resources import Resources
+    from bokeh.settings import settings
+    from IPython.display import display
+
+    mode = settings.resources(default="inline")
+    output_notebook(Resources(mode=mode, components=["bokeh"]), hide_banner=True)
+    display(widget)
+
+
 class Feed:
     """Every record of a job after ``since``, read on a thread, taken in batches."""
 

@@ -24,6 +24,9 @@ from ..protocol.states import JobState
 
 Submit = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
 
+# hpinteract's own knobs, folded away below the script's hyper-parameters.
+SYSTEM = frozenset({"monitor_gns", "gns_smoothing", "monitor_ranks", "lr_scaling"})
+
 BADGE = {  # state -> colour of its badge
     "starting": "#6c757d", "running": "#198754", "paused": "#fd7e14", "stopping": "#6c757d",
     "finished": "#0d6efd", "failed": "#dc3545", "stopped": "#6c757d",
@@ -167,7 +170,7 @@ class ControlPanel:
         unit = world * int(plan.get("micro_batch") or 1) if "micro_batch" in values else world
         last = status.get("last_changed") or {}
         self.rows: dict[str, HParamRow] = {}
-        for name in sorted(specs, key=lambda n: (n.startswith("monitor_"), n)):
+        for name in sorted(specs):
             if name in values:
                 row = HParamRow(name, specs[name], values[name], unit, self._apply)
                 if isinstance(last.get(name), int):
@@ -187,7 +190,13 @@ class ControlPanel:
         for op, b in self.buttons.items():
             b.on_click(lambda _, op=op: self._command(op))
         head = w.HBox([self.badge, self.progress, self.where, *self.buttons.values()])
-        self.widget = w.VBox([head, self.errors, *(r.box for r in self.rows.values())])
+        main = [r.box for n, r in self.rows.items() if n not in SYSTEM]
+        system = [r.box for n, r in self.rows.items() if n in SYSTEM]
+        grid = w.GridBox(main, layout=w.Layout(
+            grid_template_columns="repeat(auto-fill, minmax(700px, 1fr))"))
+        more = w.Accordion([w.VBox(system)], titles=("monitors and lr scaling",),
+                           selected_index=None)
+        self.widget = w.VBox([head, self.errors, grid, *([more] if system else [])])
         self._t0 = (time.time(), int(status.get("step") or 0))
         self.set_state(str(status.get("state", "starting")))
 
