@@ -34,7 +34,7 @@ def show(widget: Any) -> None:
 
     mode = settings.resources(default="inline")
     output_notebook(Resources(mode=mode, components=["bokeh"]), hide_banner=True)
-    display(widget)
+    display(widget)  # type: ignore[no-untyped-call]  # IPython.display is untyped
 
 
 class Feed:

@@ -197,7 +197,7 @@ class ControlPanel:
         more = w.Accordion([w.VBox(system)], titles=("monitors and lr scaling",),
                            selected_index=None)
         self.widget = w.VBox([head, self.errors, grid, *([more] if system else [])])
-        self._t0 = (time.time(), int(status.get("step") or 0))
+        self._p0: tuple[float, float] | None = None  # (time, progress) when first seen
         self.set_state(str(status.get("state", "starting")))
 
     # ---- commands (results arrive on the event loop) --------------------------------------
@@ -236,17 +236,18 @@ class ControlPanel:
                                         str(event.get("source", "?")))
 
     def on_metrics(self, rec: dict[str, Any], epochs: int | None) -> None:
-        step, frac = int(rec.get("step", 0)), rec.get("progress")
-        text = f"step {step:,}" + (f" · epoch {rec['epoch']}" +
+        frac = rec.get("progress")
+        text = f"step {int(rec.get('step', 0)):,}" + (f" · epoch {rec['epoch']}" +
                                    (f"/{epochs}" if epochs else "") if "epoch" in rec else "")
         if isinstance(frac, int | float) and 0 < frac <= 1:
             self.progress.value = float(frac)
-            t0, s0 = self._t0
-            elapsed = time.time() - t0
-            if step > s0 and elapsed > 1:
-                done_frac = max(frac, 1e-9)
-                left = elapsed / done_frac * (1 - done_frac) if frac < 1 else 0
-                text += f" · ETA {_duration(left)}"
+            # The rate since this panel opened (a reopened dashboard has seen none before).
+            now = time.time()
+            if self._p0 is None:
+                self._p0 = (now, float(frac))
+            t0, f0 = self._p0
+            if f0 < frac < 1 and now - t0 > 1:
+                text += f" · ETA {_duration((now - t0) / (frac - f0) * (1 - frac))}"
         self.where.value = text
 
     def set_state(self, state: str) -> None:

@@ -1,0 +1,95 @@
+"""The control panel's widgets, generated from specs, and its handling of the job's answers
+(units: a stand-in job and a synchronous worker; test_dashboard.py runs the real thing)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import ipywidgets as w
+import pytest
+
+from hpinteract.client import Ack
+from hpinteract.notebook.panel import ControlPanel, HParamRow, batch_choices, control_for
+from hpinteract.protocol.errors import InvalidHParam
+from hpinteract.protocol.hparams import BUILTINS, HParam
+
+
+@pytest.mark.parametrize(("name", "spec", "value", "kind"), [
+    ("lr", BUILTINS["lr"], 0.05, w.FloatLogSlider),
+    ("batch_size", BUILTINS["batch_size"], 64, w.Dropdown),
+    ("mode", HParam("a", choices=("a", "b")), "a", w.Dropdown),
+    ("flag", HParam(True), True, w.Checkbox),
+    ("dropout", HParam(0.1, low=0.0, high=0.9), 0.1, w.FloatSlider),
+    ("layers", HParam(3, low=1, high=8), 3, w.IntSlider),
+    ("wd", BUILTINS["weight_decay"], 1e-4, w.Text),
+    ("note", HParam("hi"), "hi", w.Text),
+])
+def test_each_spec_gets_its_control(name, spec, value, kind):
+    c = control_for(name, spec, value, unit=2)
+    assert type(c) is kind
+    assert (c.value == str(value)) if kind is w.Text else (c.value == value)
+    if kind is w.FloatLogSlider:
+        assert 10 ** c.min < value < 10 ** c.max
+    if hasattr(c, "continuous_update"):
+        assert c.continuous_update is False  # applied on release, not while dragging
+
+
+def test_batch_choices_are_the_sizes_the_ranks_can_share():
+    assert batch_choices(48, HParam(32, low=1, high=256), unit=16) == [16, 32, 48, 64, 128, 256]
+    assert all(b % 6 == 0 for b in batch_choices(60, HParam(60, low=1), unit=6))
+
+
+def test_a_row_applies_a_user_change_but_not_its_own_updates():
+    calls = []
+    row = HParamRow("dropout", HParam(0.1, low=0.0, high=0.9), 0.1, 1,
+                    lambda n, v: calls.append((n, v)))
+    row.control.value = 0.5
+    assert calls == [("dropout", 0.5)] and "applying" in row.state.value
+    row.applied(0.5, 120, "widget")
+    row.show(0.25, 130, "policy:x")  # from elsewhere: shown, not sent back
+    assert calls == [("dropout", 0.5)]
+    assert row.control.value == 0.25 and "since step 130 (policy:x)" in row.state.value
+
+
+def test_a_refused_value_is_explained_and_the_control_put_back():
+    class Job:
+        def set(self, values, source):
+            raise InvalidHParam("dropout=0.95 is above the maximum 0.9", field="dropout")
+
+    status = {"specs": {"dropout": HParam(0.1, low=0.0, high=0.99).to_wire()},
+              "hparams": {"dropout": 0.1}, "world_size": 2, "state": "running"}
+    panel = ControlPanel(Job(), status, lambda call, done: _run(call, done))
+    row = panel.rows["dropout"]
+    row.control.value = 0.95
+    assert "above the maximum 0.9" in row.error.value
+    assert row.control.value == 0.1 and row.value == 0.1
+
+
+def test_an_ack_shows_the_step_and_commands_follow_the_state():
+    job = SimpleNamespace(
+        set=lambda values, source: Ack("c1", 77, dict(values)),
+        pause=lambda source: Ack("c2", 80, {}, "paused"),
+        resume=lambda source: Ack("c3", 81, {}, "running"),
+        stop=lambda source: Ack("c4", 82, {}, "stopping"))
+    status = {"specs": {"lr": BUILTINS["lr"].to_wire()}, "hparams": {"lr": 0.1},
+              "world_size": 1, "state": "running", "last_changed": {"lr": 3}}
+    panel = ControlPanel(job, status, lambda call, done: _run(call, done))
+    assert "since step 3" in panel.rows["lr"].state.value
+    panel.rows["lr"].control.value = 0.02
+    assert "since step 77 (widget)" in panel.rows["lr"].state.value
+    panel.buttons["pause"].click()
+    assert "paused" in panel.badge.value and panel.buttons["pause"].disabled
+    assert not panel.buttons["resume"].disabled
+    assert "checkpoint" not in panel.buttons  # a job without checkpoints gets no button
+    panel.set_state("finished")
+    assert all(b.disabled for b in panel.buttons.values())
+    assert panel.rows["lr"].control.disabled
+
+
+def _run(call, done):
+    try:
+        result = call()
+    except Exception as exc:
+        done(None, exc)
+    else:
+        done(result, None)
