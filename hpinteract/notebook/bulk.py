@@ -1,7 +1,9 @@
 """A job's whole history, read from its run directory as columns, fast enough for a
 1,000,000-step run to open in about a second.
 
-Runs in: the notebook kernel (any client process). The metrics log is JSON lines; decoding
+Runs in: the notebook kernel (any client process). Jobs keep a columnar copy of their
+metrics (protocol.columns): reading it is a few array reads. A run without one (older, or
+written by something else) is parsed from its JSON-lines log; decoding
 a million of them into dicts and then into columns costs seconds in Python, so the lines
 are parsed by pyarrow's multithreaded JSON reader straight into columns when pyarrow is
 installed (it is a pandas companion most data-science environments carry). Without it, or
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..client.history import read_records
+from ..protocol.columns import read_columns
 from ..protocol.rundir import RunDir
 from .decimate import Array
 
@@ -118,21 +121,40 @@ def _json_columns(data: bytes) -> tuple[Columns, int, int]:
     return cols, last, len(records)
 
 
+def _last_record(path: Path) -> dict[str, Any] | None:
+    """The newest training record, from the log's last 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 65536))
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "step" in rec and not rec.get("eval"):
+            return rec
+    return None
+
+
 def load_history(run_dir: RunDir) -> History:
     """Every metric as (steps, values) columns, and the events up to the same point, as
-    the files hold them. The two logs are read one after the other while the job writes
-    both, so events newer than the last metric read are left to the live stream (which
-    continues after ``last_seq``): nothing is missed and nothing comes twice."""
-    data = _complete_lines(run_dir.metrics_log)
-    got = _arrow_columns(data) if data else ({}, 0, 0)
-    cols, last_seq, count = got if got is not None else _json_columns(data)
+    the files hold them: from the job's columnar copy (protocol.columns) when it has one,
+    else parsed from the JSON-lines log. The logs are read one after the other while the
+    job writes them, so events newer than the last metric read are left to the live
+    stream (which continues after ``last_seq``): nothing is missed, nothing comes twice."""
+    got = read_columns(run_dir.columns_dir)
+    if got is not None:
+        cols, last_seq, count = got
+    else:
+        data = _complete_lines(run_dir.metrics_log)
+        parsed = _arrow_columns(data) if data else ({}, 0, 0)
+        cols, last_seq, count = parsed if parsed is not None else _json_columns(data)
     events = [e for e in read_records(run_dir.events_log) if int(e.get("seq", 0)) <= last_seq]
-    last_metric = None
-    if data:
-        start = data.rfind(b"\n", 0, len(data) - 1) + 1
-        try:
-            rec = json.loads(data[start:])
-        except ValueError:
-            rec = None
-        last_metric = rec if isinstance(rec, dict) and not rec.get("eval") else None
-    return History(cols, events, last_seq, count, last_metric)
+    last = _last_record(run_dir.metrics_log)
+    if last is not None and int(last.get("seq", 0)) > last_seq:
+        last = None  # the stream brings it
+    return History(cols, events, last_seq, count, last)

@@ -39,15 +39,16 @@ def ema(y: Array, alpha: float, state: EmaState | None = None) -> tuple[Array, E
     state = state or EmaState()
     if not 0.0 <= alpha < 1.0:
         raise ValueError(f"smoothing must be in [0, 1), got {alpha}")
+    if alpha < _MIN_ALPHA:  # no smoothing: the values themselves (not copied; read-only)
+        finite = y[np.isfinite(y)]
+        return y, EmaState(float(finite[-1]) if finite.size else state.value,
+                           state.n + finite.size)
     out = y.copy()
     finite = np.isfinite(y)
     v = y[finite]
     m = v.size
     if m == 0:
         return out, state
-    if alpha < _MIN_ALPHA:
-        out[finite] = v
-        return out, EmaState(float(v[-1]), state.n + m)
     n = -(-m // _CHUNK) * _CHUNK
     padded = np.zeros(n)
     padded[:m] = v

@@ -36,6 +36,9 @@ class Series:
 
     def extend(self, xs: Any, ys: Any) -> None:
         xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
+        if self.n == 0 and len(xs) > len(self._x):  # a history: adopted, not copied
+            self._x, self._y, self.n = xs, ys, len(xs)
+            return
         need = self.n + len(xs)
         if need > len(self._x):
             cap = max(need, 2 * len(self._x))

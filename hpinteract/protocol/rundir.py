@@ -7,6 +7,7 @@ Runs in: every process. Layout of ``$HPINTERACT_HOME/jobs/<job_id>/`` (owner-onl
     state.json        job state and effective hyper-parameters, rewritten atomically
     metrics.jsonl     one line per step, append-only, by rank 0
     events.jsonl      every change and lifecycle event, append-only, by rank 0
+    columns/          the metrics as one binary column per metric (protocol.columns)
     ranks/<r>.jsonl   the changes each rank applied and at which step
     logs/             torchrun's per-rank stdout/stderr and the supervisor's log
 """
@@ -82,6 +83,7 @@ class RunDir:
     state_file = property(lambda self: self.path / "state.json")
     metrics_log = property(lambda self: self.path / "metrics.jsonl")
     events_log = property(lambda self: self.path / "events.jsonl")
+    columns_dir = property(lambda self: self.path / "columns")
     logs_dir = property(lambda self: self.path / "logs")
     supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
 

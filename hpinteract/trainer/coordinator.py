@@ -22,6 +22,7 @@ from typing import Any
 
 import zmq
 
+from ..protocol.columns import ColumnWriter
 from ..protocol.connection import ConnectionInfo, new_key
 from ..protocol.errors import HpiError, InvalidCommand, InvalidState
 from ..protocol.messages import Message, new_id
@@ -108,6 +109,7 @@ class Coordinator:
             self._server = ControlServer(ctx, key.encode(), self._ip)
             self._pub = Publisher(ctx, key.encode(), self._ip)
             self._metrics = RunLog(self.run_dir.metrics_log)
+            self._columns = ColumnWriter(self.run_dir.columns_dir)  # for fast opening
             self._events = RunLog(self.run_dir.events_log)
             self._seq = max(self._metrics.last_seq, self._events.last_seq)
             self.info = ConnectionInfo(
@@ -144,6 +146,7 @@ class Coordinator:
         running = self._drain()
         self._metrics.flush()  # on disk before it is published: metrics() sees what the
         self._events.flush()  # stream showed, and a crash loses nothing a client has seen
+        self._columns.flush()  # after the log it indexes
         self._publish()
         if time.monotonic() - self._last_state_write > 2.0:
             self._write_state()
@@ -186,6 +189,7 @@ class Coordinator:
         for k, v in record.items():
             rec[k] = v if isinstance(v, int | float | str | bool) or v is None else float(v)
         self._metrics.append(rec)
+        self._columns.add(rec)
         self._batch.append(rec)
         self._fresh.append(rec)
         if rec.get("eval"):
@@ -365,10 +369,12 @@ class Coordinator:
                 f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
         self.pending.clear()
         self._metrics.flush()  # every step is on disk before the state says the job ended
+        self._columns.flush()
         self._set_state(state, self._status.get("step", 0), "job")
         self._write_state(error)
         self._publish()
         self._metrics.close()
+        self._columns.close()
         self._events.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir.connection)

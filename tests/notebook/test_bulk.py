@@ -82,3 +82,23 @@ def test_both_readers_agree(tmp_path, monkeypatch):
     for k in a.columns:
         np.testing.assert_array_equal(a.columns[k][0], b.columns[k][0])
         np.testing.assert_array_equal(a.columns[k][1], b.columns[k][1])
+
+
+def test_the_columnar_copy_is_preferred_and_agrees_with_the_log(tmp_path, monkeypatch):
+    from hpinteract.protocol.columns import ColumnWriter
+
+    rd = RunDir.create("j5", tmp_path)
+    write_log(rd, 300)
+    w = ColumnWriter(rd.columns_dir)
+    for rec in read_records(rd.metrics_log):
+        w.add(rec)
+    w.close()
+    fast = bulk.load_history(rd)
+    monkeypatch.setattr(bulk, "read_columns", lambda d: None)
+    slow = bulk.load_history(rd)
+    assert (fast.count, fast.last_seq) == (slow.count, slow.last_seq) == (300, 300)
+    assert fast.columns.keys() == slow.columns.keys()
+    for k in fast.columns:
+        np.testing.assert_array_equal(fast.columns[k][0], slow.columns[k][0])
+        np.testing.assert_array_equal(fast.columns[k][1], slow.columns[k][1])
+    assert [e["seq"] for e in fast.events] == [3] and fast.last_metric == slow.last_metric

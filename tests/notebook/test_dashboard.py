@@ -98,3 +98,18 @@ def test_reopening_after_a_kernel_restart_shows_the_whole_history():
         k.close()
     assert out.split()[:2] == ["True", "True"], out
     assert "finished False" in out, out
+
+
+def test_a_failed_job_shows_which_rank_failed_and_why(kernel):
+    kernel.run(WAIT)
+    out = kernel.run(f"""
+        import hpinteract as hpi
+        job = hpi.launch({str(TOY)!r}, nproc=2,
+                         args=["--crash-rank", "1", "--crash-step", "15"])
+        d = job.dashboard()
+        await until(lambda: not d.live, timeout=120)
+        print(job.state.value)
+        print(d.panel.errors.value if d.panel else "no panel")
+    """, timeout=150)
+    assert out.startswith("failed"), out
+    assert "rank 1 failed" in out and "boom on purpose at step 15" in out, out
