@@ -95,6 +95,8 @@ class HParamRow:
         self.button = w.Button(description="Apply", layout=w.Layout(width="70px"),
                                disabled=True)
         self._echo = False  # True while the panel itself moves the control
+        self._since: int | None = None  # the step and source of the last applied change
+        self._source: str | None = None
         self._apply = apply
         self.control.observe(self._changed, names="value")
         self.button.on_click(lambda _: self._submit())
@@ -144,9 +146,6 @@ class HParamRow:
         self.error.value = f"<span style='color:#dc3545'>✗ {html.escape(message)}</span>"
         self.show(self.value, self._since, self._source)
 
-    _since: int | None = None
-    _source: str | None = None
-
     def applied(self, value: Any, step: int, source: str) -> None:
         self._since, self._source = step, source
         self.error.value = ""
@@ -170,6 +169,8 @@ class ControlPanel:
         unit = world * int(plan.get("micro_batch") or 1) if "micro_batch" in values else world
         last = status.get("last_changed") or {}
         self.rows: dict[str, HParamRow] = {}
+        # Rows with a change on its way: name -> (the newest value waiting,) or None.
+        self._inflight: dict[str, tuple[Any] | None] = {}
         for name in sorted(specs):
             if name in values:
                 row = HParamRow(name, specs[name], values[name], unit, self._apply)
@@ -202,13 +203,23 @@ class ControlPanel:
 
     # ---- commands (results arrive on the event loop) --------------------------------------
     def _apply(self, name: str, value: Any) -> None:
+        """Send a row's new value. While one is on its way, newer ones wait and only the
+        last is sent (a slider released five times in a second is one more change, not
+        five): debounced by the round trip itself."""
+        if name in self._inflight:
+            self._inflight[name] = (value,)
+            return
+        self._inflight[name] = None
         row = self.rows[name]
 
         def done(ack: Any, exc: BaseException | None) -> None:
+            later = self._inflight.pop(name, None)
             if exc is not None:
                 row.fail(getattr(exc, "message", None) or str(exc))
             else:
                 row.applied(ack.values.get(name, value), ack.applied_at_step, "widget")
+            if later is not None and later[0] != row.value:
+                self._apply(name, later[0])
 
         self._submit(lambda: self.job.set({name: value}, source="widget"), done)
 

@@ -93,3 +93,23 @@ def _run(call, done):
         done(None, exc)
     else:
         done(result, None)
+
+
+def test_values_released_while_one_is_on_its_way_collapse_into_the_last():
+    sent, waiting = [], []
+    job = SimpleNamespace(set=lambda values, source: sent.append(values["dropout"]) or
+                          Ack(f"c{len(sent)}", 10 * len(sent), dict(values)))
+    status = {"specs": {"dropout": HParam(0.1, low=0.0, high=0.9).to_wire()},
+              "hparams": {"dropout": 0.1}, "world_size": 1, "state": "running"}
+    panel = ControlPanel(job, status, lambda call, done: waiting.append((call, done)))
+    row = panel.rows["dropout"]
+    for v in (0.2, 0.3, 0.4, 0.5):
+        row.control.value = v
+    assert len(waiting) == 1  # the first is on its way; the others wait
+    call, done = waiting.pop()
+    done(call(), None)  # its answer sends the newest waiting value, once
+    assert len(waiting) == 1
+    call, done = waiting.pop()
+    done(call(), None)
+    assert sent == [0.2, 0.5] and not waiting
+    assert row.value == 0.5 and "since step 20" in row.state.value
