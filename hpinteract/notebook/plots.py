@@ -106,8 +106,8 @@ class _Figure:
 
 
 class LivePlots:
-    """Figures for the metrics of one job (or several, ``prefix`` naming each job's lines),
-    fed with records by ``add``, drawn by ``pump``."""
+    """Figures for metrics (of one job; ``hpi.compare`` names its lines by job and puts them
+    in one figure through ``group``), fed by ``add_points`` and drawn by ``pump``."""
 
     def __init__(self, metrics: Iterable[str] | None = None, budget: int = 2000,
                  smoothing: float = 0.0, log: bool = False,
@@ -119,7 +119,6 @@ class LivePlots:
         self.views: dict[str, SeriesView] = {}
         self.figures: dict[str, _Figure] = {}
         self._sources: dict[str, ColumnDataSource] = {}
-        self._colors: dict[str, str] = {}
         self._pending_changes: list[tuple[float, str, str]] = []
         self._zoom: tuple[float | None, float | None] | None = None
         self.layout = column(sizing_mode="stretch_width")
@@ -185,7 +184,6 @@ class LivePlots:
             self._x_range = self._x_range or fig.fig.x_range
             self._listen(fig.fig)
         color = Category10_10[len(fig.lines) % 10]
-        self._colors[name] = color
         src = self._sources[name] = fig.add_line(name, color, self.smoothing)
         return src
 
