@@ -44,8 +44,10 @@ class Change:
 class Context:
     """What a hook sees. Everything is read-only and describes the job as its host knows it.
 
-    ``metrics`` is the newest training record (``step``, ``loss``, ``lr``, ``batch_size``,
-    and with the noise-scale monitor on ``gns``, ``grad_norm``, ``gns_grad_sq``, ``gns_var``);
+    ``metrics`` holds the newest value of every training metric (``step``, ``loss``, ``lr``,
+    ``batch_size``, and with the noise-scale monitor on ``gns``, ``grad_norm``,
+    ``gns_grad_sq``, ``gns_var``): the newest record's, and for a metric that record lacks
+    (the noise scale is published every few steps) the last one published;
     ``history`` the last records, oldest first; ``evals`` the last records of
     ``run.log_eval`` (each with ``step`` and the evaluation's own names). Records of steps
     before ``applied_at`` were made before the policy's last change took effect.

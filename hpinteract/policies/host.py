@@ -78,6 +78,10 @@ class PolicySet:
     def __init__(self, window: int = 512, world_size: int = 1) -> None:
         self.entries: dict[str, Entry] = {}
         self.history: deque[dict[str, Any]] = deque(maxlen=window)
+        # The newest value of every training metric: the noise scale, per-rank times and
+        # other monitors publish only every few steps, and a policy that runs every N
+        # steps must still see their last value, not only what the newest record holds.
+        self.latest: dict[str, Any] = {}
         self.evals: deque[dict[str, Any]] = deque(maxlen=64)
         self.hparams: dict[str, Any] = {}
         self.specs: dict[str, Mapping[str, Any]] = {}
@@ -153,6 +157,7 @@ class PolicySet:
                 out += self._each("on_epoch_end", epoch=ended)
             self.epoch = epoch
             self.history.append(dict(rec))
+            self.latest.update(rec)
             for k in ("lr", "batch_size"):  # what the job reports it actually used, unless
                 # the record predates the newest change (a late record would undo it here)
                 if isinstance(rec.get(k), int | float) and \
@@ -195,9 +200,8 @@ class PolicySet:
 
     # ---- hooks --------------------------------------------------------------------------------
     def context(self, entry: Entry | None = None, epoch: int | None = None) -> Context:
-        latest = self.history[-1] if self.history else {}
         return Context(step=self.step, epoch=epoch if epoch is not None else self.epoch or 0,
-                       hparams=self.hparams, metrics=latest, history=self.history,
+                       hparams=self.hparams, metrics=self.latest, history=self.history,
                        evals=self.evals, world_size=self.world_size, specs=self.specs,
                        applied_at=entry.applied_at if entry else None)
 

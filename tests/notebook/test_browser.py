@@ -43,8 +43,9 @@ POINTS_JS = """() => {
   return [n, last];
 }"""
 
-# Points in [lo, hi] of the longest line (a dense one: sparse lines are never decimated).
-WINDOW_JS = """([lo, hi]) => {
+BUDGET = 2000  # points a line holds (LivePlots' default)
+# The longest line (a dense one: sparse lines are never decimated): [points, newest x].
+LONGEST_JS = """() => {
   let best = null;
   for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
     const data = m.data; if (!data || typeof data !== "object") continue;
@@ -52,7 +53,21 @@ WINDOW_JS = """([lo, hi]) => {
     if (get("raw") === undefined) continue;
     const x = get("x"); if (!best || x.length > best.length) best = x;
   }
-  return best ? Array.from(best).filter((v) => v >= lo && v <= hi).length : -1;
+  return best ? [best.length, Math.max(...Array.from(best))] : null;
+}"""
+# Points per step of the longest line inside the figures' (shared) visible x range.
+DENSITY_JS = """() => {
+  let best = null, range = null;
+  for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
+    if (!range && m.x_range && m.x_range.start != null) range = m.x_range;
+    const data = m.data; if (!data || typeof data !== "object") continue;
+    const get = (k) => (data instanceof Map ? data.get(k) : data[k]);
+    if (get("raw") === undefined) continue;
+    const x = get("x"); if (!best || x.length > best.length) best = x;
+  }
+  if (!best || !range || !(range.end > range.start)) return null;
+  const n = Array.from(best).filter((v) => v >= range.start && v <= range.end).length;
+  return n / (range.end - range.start);
 }"""
 
 pytestmark = pytest.mark.skipif(os.environ.get("HPI_SKIP_BROWSER") == "1",
@@ -98,7 +113,7 @@ def lab(tmp_path, hpi_home):
         log.close()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(lab):
     from playwright.sync_api import sync_playwright
 
@@ -151,19 +166,23 @@ def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(lab
             assert lr > 0.01, lr
             page.wait_for_function("() => document.body.innerText.includes('(widget)')",
                                    timeout=30_000)
-            # Zooming into the first tenth of the run refines it: the kernel decimates that
-            # window afresh, so the browser holds more of its points than before.
+            # Zooming in refines the view: the kernel decimates the visible window afresh,
+            # so it holds points more densely than the whole-run view did. First let the
+            # run grow well past a line's budget, so that the whole-run view is decimated.
+            page.wait_for_function(f"() => {{ const r = ({POINTS_JS})(); "
+                                   f"return r && r[1] > {4 * BUDGET}; }}", timeout=180_000)
+            n_line, last = page.evaluate(LONGEST_JS)
+            before = n_line / last  # points per step of the whole-run view
             fig = page.locator(".bk-Canvas").first
             fig.scroll_into_view_if_needed()
-            before = page.evaluate(WINDOW_JS, [0, last1 / 10])
             fbox = fig.bounding_box()
             assert fbox is not None
-            page.mouse.move(fbox["x"] + fbox["width"] * 0.12, fbox["y"] + fbox["height"] / 2)
-            for _ in range(12):
+            page.mouse.move(fbox["x"] + fbox["width"] * 0.3, fbox["y"] + fbox["height"] / 2)
+            for _ in range(15):
                 page.mouse.wheel(0, -120)  # xwheel_zoom, the active scroll tool
                 time.sleep(0.1)
-            page.wait_for_function(f"() => ({WINDOW_JS})([0, {last1 / 10}]) > {before}",
-                                   timeout=20_000)
+            page.wait_for_function(f"() => {{ const d = ({DENSITY_JS})(); "
+                                   f"return d !== null && d > {2 * before}; }}", timeout=60_000)
             page.screenshot(path=str(OUTPUT / "jupyterlab-quickstart.png"))
             ev = job.events()
             mine = ev[(ev.kind == "change") & (ev.source == "widget")]

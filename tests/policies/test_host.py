@@ -161,3 +161,24 @@ def test_add_returns_the_start_decision_and_disable_stops_the_hooks():
     ps.disable("p")
     feed(ps, range(3))
     assert p.steps() == [] and ps.describe()[1]["status"] == "disabled"
+
+
+def test_a_policy_sees_the_last_published_value_of_a_sparse_metric():
+    # The noise scale is published every 16 steps on several ranks; a policy that runs
+    # every 10 steps would otherwise never find it in the newest record.
+    from hpinteract.policies import AdaptiveBatchSize
+
+    ps = PolicySet(world_size=2)
+    ps.observe_status({"batch_size": 32, "lr": 0.1, "monitor_gns": 1})
+    ps.add(AdaptiveBatchSize(max_batch=256, patience=2, cooldown=0), every=10)
+    seen: list[Any] = []
+    ps.add(FunctionPolicy(lambda ctx: seen.append(ctx.metrics.get("gns")), "watch"), every=10)
+    decisions = []
+    for s in range(100):
+        rec = {"step": s, "epoch": 0, "loss": 1.0, "batch_size": 32}
+        if s % 16 == 1:
+            rec["gns"] = 500.0
+        decisions += ps.observe([rec])
+    assert seen[0] is None and set(seen[1:]) == {500.0}
+    grow = [d for d in decisions if d.change.values.get("batch_size")]
+    assert grow and grow[0].change.values["batch_size"] == 64, decisions
