@@ -27,6 +27,7 @@ from ..client.history import read_records
 from ..protocol.columns import read_columns
 from ..protocol.rundir import RunDir
 from .decimate import Array
+from .series import columns
 
 Columns = dict[str, tuple[Array, Array]]
 _SENTINEL = -1.2345678901234567e308  # stands for a non-finite value while pyarrow parses
@@ -98,23 +99,10 @@ def _json_columns(data: bytes) -> tuple[Columns, int, int]:
                 records.append(json.loads(ln))
             except ValueError:
                 continue
-    raw: dict[str, tuple[list[float], list[float]]] = {}
-    last = 0
-    for rec in records:
-        if not isinstance(rec, dict):
-            continue
-        last = max(last, int(rec.get("seq", 0)))
-        step = rec.get("step")
-        if not isinstance(step, int | float):
-            continue
-        for k, v in rec.items():
-            if k in ("seq", "step") or isinstance(v, bool) or not isinstance(v, int | float):
-                continue
-            xs, ys = raw.setdefault(k, ([], []))
-            xs.append(step)
-            ys.append(v)
+    records = [r for r in records if isinstance(r, dict)]
+    last = max((int(r.get("seq", 0)) for r in records), default=0)
     cols: Columns = {}
-    for k, (xs, ys) in raw.items():
+    for k, (xs, ys) in columns(records).items():  # the live path's own record-to-columns
         values = np.asarray(ys, dtype=np.float64)
         values[~np.isfinite(values)] = np.nan  # as the pyarrow path: a gap in the line
         cols[k] = (np.asarray(xs, dtype=np.float64), values)

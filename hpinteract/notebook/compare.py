@@ -45,11 +45,7 @@ class Comparison:
                 self.plots.add_points(label, xs, ys)
             self.feeds.append((label, Feed(job, since=hist.last_seq)))
         self.plots.pump()
-        self.smoothing = w.FloatSlider(value=smoothing, min=0.0, max=0.99, step=0.01,
-                                       description="smoothing", continuous_update=False)
-        self.smoothing.observe(lambda c: self.plots.set_smoothing(float(c["new"])), "value")
-        self.log = w.ToggleButton(value=log, description="log y")
-        self.log.observe(lambda c: self.plots.set_log(bool(c["new"])), "value")
+        self.smoothing, self.log = self.plots.controls()
         self.message = w.HTML()
         self.bokeh = BokehModel(self.plots.layout, layout=w.Layout(width="100%"))
         self.widget = w.VBox([w.HBox([self.smoothing, self.log, self.message]), self.bokeh])

@@ -55,13 +55,7 @@ class Dashboard:
             self.panel.on_metrics(hist.last_metric, self._epochs)
         self.records = hist.count
         self.feed = Feed(job, since=hist.last_seq)
-        self.smoothing = w.FloatSlider(value=smoothing, min=0.0, max=0.99, step=0.01,
-                                       description="smoothing", continuous_update=False,
-                                       readout_format=".2f")
-        self.smoothing.observe(lambda c: self.plots.set_smoothing(float(c["new"])), "value")
-        self.log = w.ToggleButton(value=log, description="log y", icon="line-chart",
-                                  tooltip="logarithmic y axes")
-        self.log.observe(lambda c: self.plots.set_log(bool(c["new"])), "value")
+        self.smoothing, self.log = self.plots.controls()
         self.message = w.HTML()
         self.plots.pump()
         self.bokeh = BokehModel(self.plots.layout, layout=w.Layout(width="100%"))

@@ -18,6 +18,7 @@ from typing import Any
 import ipywidgets as w
 from traitlets import TraitError
 
+from ..client.values import parse_value
 from ..protocol.errors import HpiError
 from ..protocol.hparams import HParam
 from ..protocol.states import JobState
@@ -75,8 +76,6 @@ def control_for(name: str, spec: HParam, value: Any, unit: int) -> w.ValueWidget
 
 def _from_text(spec: HParam, text: str) -> Any:
     """A text box's value as the spec's kind; the job validates it again."""
-    from ..client.values import parse_value
-
     return parse_value(text) if spec.kind != "str" else text
 
 

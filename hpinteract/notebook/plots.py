@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import ipywidgets as w
 import numpy as np
 from bokeh.events import RangesUpdate, Reset
 from bokeh.layouts import column
@@ -254,3 +255,14 @@ class LivePlots:
     def point_counts(self) -> dict[str, int]:
         """Points each line holds in its data source now (what the browser draws)."""
         return {n: len(src.data["x"]) for n, src in self._sources.items()}
+
+    def controls(self) -> Any:
+        """The smoothing slider and log-y toggle above the figures, bound to them."""
+        smoothing = w.FloatSlider(value=self.smoothing, min=0.0, max=0.99, step=0.01,
+                                  description="smoothing", continuous_update=False,
+                                  readout_format=".2f")
+        smoothing.observe(lambda c: self.set_smoothing(float(c["new"])), "value")
+        log = w.ToggleButton(value=self.log, description="log y", icon="line-chart",
+                             tooltip="logarithmic y axes")
+        log.observe(lambda c: self.set_log(bool(c["new"])), "value")
+        return smoothing, log

@@ -1,4 +1,5 @@
-"""Process-group set-up for scripts that have, or have not, initialised torch.distributed.
+"""Process groups: set-up for scripts that have, or have not, initialised torch.distributed,
+and the tear-down at the end.
 
 Runs in: every rank. torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR...) is used as
 is; a script run with plain ``python`` becomes a one-rank job. NCCL is chosen when CUDA is
@@ -8,6 +9,7 @@ control collectives always use their own gloo group, whatever the training backe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass
@@ -67,3 +69,15 @@ def ensure_process_group(backend: str | None = None) -> Topology:
 def control_group() -> Any:
     """A gloo group for the step-boundary word: CPU tensors, never the CUDA stream."""
     return dist.new_group(backend="gloo")
+
+
+def leave_together(group: Any, topo: Topology) -> None:
+    """The ranks' last rendezvous, then the groups hpinteract made are destroyed. Ranks
+    that tear gloo down at different moments sometimes abort at exit ("terminate called
+    without an active exception"), failing a finished job. A script that destroyed the
+    process groups itself has nothing left to tear down."""
+    with contextlib.suppress(RuntimeError, ValueError):
+        dist.barrier(group=group)
+        dist.destroy_process_group(group)
+        if topo.created_group:
+            dist.destroy_process_group()

@@ -6,6 +6,7 @@ reads device tensors later, so that no device sync happens on the training loop)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,3 +50,22 @@ def scalar(name: str, v: Any) -> Any:
     except (TypeError, ValueError):
         raise ConfigError(f"metric {name!r} must be a number or a string, got "
                           f"{type(v).__name__}") from None
+
+
+def step_record(step: int, epoch: int, step_time: float, data_time: float, loss: Any,
+                metrics: Mapping[str, Any], lr: float | None, batch_size: Any,
+                progress: float | None) -> dict[str, Any]:
+    """Rank 0's record of one step: hpinteract's fields, then the user's metrics."""
+    rec: dict[str, Any] = {"step": step, "epoch": epoch, "time": time.time()}
+    if loss is not None:
+        rec["loss"] = scalar("loss", loss)
+    rec.update(user_metrics(metrics) if metrics else ())
+    if lr is not None:
+        rec["lr"] = lr
+    if batch_size is not None:
+        rec["batch_size"] = batch_size
+        rec["samples_per_s"] = batch_size / step_time if step_time > 0 else None
+    rec["step_time"], rec["data_time"] = step_time, data_time
+    if progress is not None:
+        rec["progress"] = progress
+    return rec

@@ -8,7 +8,6 @@ counter, and only at a sync point joins the one small collective of `sync`.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import logging
 import os
@@ -18,8 +17,6 @@ import traceback
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-import torch
-
 from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
 from ..protocol.rundir import RunDir, read_json
@@ -27,11 +24,11 @@ from ..protocol.states import JobState
 from .batching import batch_constraint, plan_of
 from .commands import Command
 from .coordinator import Coordinator
-from .distributed import Topology, control_group, ensure_process_group
+from .distributed import Topology, control_group, ensure_process_group, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor, RankTimes
-from .record import user_metrics
+from .record import step_record, user_metrics
 from .scaling import with_lr_scaling
 from .snapshots import Snapshots
 from .store import HParamStore
@@ -234,20 +231,14 @@ class Run:
                                         self.micro_batch,
                                         self.accumulation, float(self.hp["gns_smoothing"]))
         if self._coord is not None:
-            rec: dict[str, Any] = {"step": self.step_index, "epoch": self.epoch,
-                                   "time": time.time()}
-            if loss is not None:
-                rec["loss"] = user_metrics({"loss": loss})["loss"]
-            rec.update(user_metrics(metrics) if metrics else ())
-            if self._binding is not None:
-                rec["lr"] = self.optimizer.param_groups[0]["lr"]
-            if "batch_size" in self.hp:
-                rec["batch_size"] = self.hp["batch_size"]
-                rec["samples_per_s"] = self.hp["batch_size"] / dt if dt > 0 else None
-            rec["step_time"], rec["data_time"] = dt, data_time
+            progress = None
             if self._loader is not None and self.total_epochs:
                 frac = self._loader.position / self._loader.size
-                rec["progress"] = min(1.0, (self.epoch + frac) / self.total_epochs)
+                progress = min(1.0, (self.epoch + frac) / self.total_epochs)
+            rec = step_record(
+                self.step_index, self.epoch, dt, data_time, loss, metrics,
+                self.optimizer.param_groups[0]["lr"] if self._binding is not None else None,
+                self.hp.get("batch_size"), progress)
             rec.update(noise or ())
             if self._rank_metrics:
                 rec.update(self._rank_metrics)
@@ -289,7 +280,7 @@ class Run:
             if self.rank == 0 and self.world_size > 1:
                 self._rank_metrics = gathered
         self._snapshots.maybe_take(self.step_index, self.model, self.optimizer,
-                                   self._binding.scheduler if self._binding else None)
+                                   self._scheduler)
         self._sync_now()
 
     def _sync_now(self) -> None:
@@ -302,6 +293,10 @@ class Run:
             wire = [c.to_wire() for c in cmds]
         for cmd in self._sync.exchange(wire):
             self._apply(cmd)
+
+    @property
+    def _scheduler(self) -> Any:
+        return self._binding.scheduler if self._binding is not None else None
 
     def _noise_scale(self) -> float | None:
         return self._gns.estimator.simple() if self._gns is not None else None
@@ -316,8 +311,7 @@ class Run:
             self._snapshots.configure(int(cmd["extra"]["every"]))
             # At once: a change applied at this same sync point (the guard's first one) must
             # already have a good state to go back to.
-            self._snapshots.maybe_take(step, self.model, self.optimizer,
-                                       self._binding.scheduler if self._binding else None)
+            self._snapshots.maybe_take(step, self.model, self.optimizer, self._scheduler)
         elif op == "pause":
             self.paused = True
         elif op == "resume":
@@ -341,8 +335,7 @@ class Run:
         restored = None
         if self.model is not None:
             restored = self._snapshots.restore(int(cmd["extra"]["to_step"]), self.model,
-                                               self.optimizer, self._binding.scheduler
-                                               if self._binding else None)
+                                               self.optimizer, self._scheduler)
         if restored is not None and self._binding is not None:
             # The optimizer's state brought back its old lr and momentum: re-apply the
             # current values before the change, or the rollback would undo later decisions.
@@ -388,14 +381,7 @@ class Run:
             self._coord.close(state, error)
         self._rank_log.close()
         if state == JobState.FINISHED and together:
-            # Leave together: ranks that tear gloo down at different moments sometimes abort
-            # at exit ("terminate called without an active exception"), failing a finished job.
-            # A script that destroyed the process groups itself has nothing left to tear down.
-            with contextlib.suppress(RuntimeError, ValueError):
-                torch.distributed.barrier(group=self._group)
-                torch.distributed.destroy_process_group(self._group)
-                if self.topology.created_group:
-                    torch.distributed.destroy_process_group()
+            leave_together(self._group, self.topology)
 
     def _excepthook(self, etype: Any, value: Any, tb: Any) -> None:
         error = {"rank": self.rank, "type": etype.__name__, "message": str(value),
