@@ -68,6 +68,9 @@ def event_line(rec: dict[str, Any]) -> str:
     if kind == "state":
         at = f" at step {rec['step']}" if rec.get("step") is not None else ""
         return f"* {rec.get('state')}{at} (from {src})"
+    if kind == "checkpoint":
+        what = rec.get("file") if rec.get("status") == "written" else rec.get("error")
+        return f"* checkpoint {rec.get('status')} at step {rec.get('step')} (from {src}): {what}"
     rest = " ".join(f"{k}={v}" for k, v in rec.items() if k not in ("seq", "time", "kind"))
     return f"* {kind}: {rest}"
 
@@ -197,9 +200,11 @@ def cmd_status(a: Namespace) -> int:
 
 def cmd_control(a: Namespace) -> int:
     job = attach(a.job)
-    ack = getattr(job, a.command)(source="cli")  # Job.pause, .resume or .stop
-    done = {"pause": "paused", "resume": "resumed", "stop": "stopping"}[a.command]
-    print(f"{done} at step {ack.applied_at_step} (change {ack.change_id})", flush=True)
+    ack = getattr(job, a.command)(source="cli")  # Job.pause, .resume, .stop or .checkpoint
+    done = {"pause": "paused", "resume": "resumed", "stop": "stopping",
+            "checkpoint": "checkpoint written"}[a.command]
+    where = f": {ack.path}" if ack.path else ""
+    print(f"{done} at step {ack.applied_at_step} (change {ack.change_id}){where}", flush=True)
     return report_end(job, job.wait(), sys.stdout) if getattr(a, "wait", False) else 0
 
 
@@ -256,6 +261,7 @@ def build_parser() -> ArgumentParser:
     add("resume", cmd_control, "resume a paused job")
     add("stop", cmd_control, "end training at the same step on every rank").add_argument(
         "--wait", action="store_true", help="then wait for the job to end")
+    add("checkpoint", cmd_control, "save the job's state at the next step boundary")
     add("watch", lambda a: watch(attach(a.job)), "follow progress and changes until the end")
     p = add("logs", cmd_logs, "print the job's output (all ranks, or one)")
     p.add_argument("--rank", "-r", type=int, help="only this rank's stdout and stderr")

@@ -124,6 +124,12 @@ def test_pause_status_resume(home: Path, job_id: str) -> None:
     assert "cannot resume" in failed(run_cli(home, "resume", "-j", job_id), 1)
 
 
+def test_checkpoint_prints_the_step_and_the_file(home: Path, job_id: str) -> None:
+    out = ok(run_cli(home, "checkpoint", "-j", job_id))
+    m = re.fullmatch(r"checkpoint written at step (\d+) \(change \w+\): (\S+)\n", out)
+    assert m and Path(m[2]).is_file() and m[2].endswith(f"step-{int(m[1]):09d}.pt"), out
+
+
 def test_logs_and_unknown_job(home: Path, job_id: str) -> None:
     assert ok(run_cli(home, "logs", "-j", job_id)).strip()  # torchrun's own lines at least
     ok(run_cli(home, "logs", "-j", job_id, "--rank", "0"))

@@ -23,7 +23,7 @@ from ..protocol.connection import ConnectionInfo
 from ..protocol.errors import HpiTimeout, InvalidState, JobFailed
 from ..protocol.hparams import HParam
 from ..protocol.messages import new_id
-from ..protocol.rundir import RunDir, read_json
+from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from ..protocol.states import JobState
 from ..transport.control import ControlClient, result_of
 from . import history
@@ -46,6 +46,7 @@ class Ack:
     applied_at_step: int
     values: dict[str, Any]
     state: str | None = None
+    path: str | None = None  # the file a checkpoint was written to
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ class Job:
 
     def _command(self, op: str, source: str) -> Ack:
         r = self._request(op, {"source": source}, command=True)
-        return Ack(r["change_id"], int(r["applied_at_step"]), {}, r.get("state"))
+        return Ack(r["change_id"], int(r["applied_at_step"]), {}, r.get("state"), r.get("path"))
 
     def pause(self, source: str = "api") -> Ack:
         """Hold every rank at the same step boundary."""
@@ -233,6 +234,17 @@ class Job:
     def stop(self, source: str = "api") -> Ack:
         """End every rank's training loop at the same step; the script then finishes."""
         return self._command("stop", source)
+
+    def checkpoint(self, source: str = "api") -> Ack:
+        """Save model, optimizer, scheduler, loader position, hyper-parameters, policies and
+        the change history at the next step boundary; ``ack.path`` is the file, on disk
+        (fsynced) when this returns."""
+        return self._command("checkpoint", source)
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The job's checkpoints, oldest first: step, file, whether periodic, time."""
+        return [{**e, "path": str(self.run_dir.checkpoints_dir / e["file"])}
+                for e in read_checkpoint_index(self.run_dir.checkpoints_dir)]
 
     def status(self) -> dict[str, Any]:
         """Live status (state, step, epoch, hparams, specs, latest metrics), or the last one

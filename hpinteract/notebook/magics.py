@@ -22,7 +22,7 @@ from ..policies.base import Policy
 from ..protocol.errors import HpiError
 
 SUBCOMMANDS = ("launch", "attach", "set", "get", "status", "pause", "resume", "stop",
-               "dashboard", "jobs", "policy")
+               "checkpoint", "dashboard", "jobs", "policy")
 
 
 def _parse(magic: Any, rest: str) -> Any:
@@ -46,7 +46,7 @@ class HpMagics(Magics):
     @line_magic
     def hp(self, line: str) -> Any:
         """Control hpinteract jobs: %hp launch|attach|set|get|status|pause|resume|stop|
-        dashboard|jobs|policy ... (``%hp SUBCOMMAND -h`` for each one's options)."""
+        checkpoint|dashboard|jobs|policy ... (``%hp SUBCOMMAND -h`` for each one's options)."""
         sub, _, rest = line.strip().partition(" ")
         if sub not in SUBCOMMANDS:
             what = f"unknown subcommand {sub!r}" if sub else "a subcommand is needed"
@@ -133,6 +133,10 @@ class HpMagics(Magics):
     def _stop(self, rest: str) -> Any:
         self._no_args("stop", rest)
         return self.current().stop(source="magic")
+
+    def _checkpoint(self, rest: str) -> Any:
+        self._no_args("checkpoint", rest)
+        return self.current().checkpoint(source="magic")
 
     def _dashboard(self, rest: str) -> Any:
         self._no_args("dashboard", rest)

@@ -26,7 +26,8 @@ from ..protocol.states import JobState
 Submit = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
 
 # hpinteract's own knobs, folded away below the script's hyper-parameters.
-SYSTEM = frozenset({"monitor_gns", "gns_smoothing", "monitor_ranks", "lr_scaling"})
+SYSTEM = frozenset({"monitor_gns", "gns_smoothing", "monitor_ranks", "lr_scaling",
+                    "checkpoint_every"})
 
 BADGE = {  # state -> colour of its badge
     "starting": "#6c757d", "running": "#198754", "paused": "#fd7e14", "stopping": "#6c757d",
@@ -179,22 +180,22 @@ class ControlPanel:
                 self.rows[name] = row
         self.badge = w.HTML()
         self.progress = w.FloatProgress(min=0.0, max=1.0, layout=w.Layout(width="260px"))
-        self.where = w.HTML()
+        self.where = w.HTML()  # progress: step, epoch, ETA
+        self.acked = w.HTML()  # the last command's acknowledgement
         self.errors = w.HTML()
         self.buttons = {op: w.Button(description=op.capitalize(), icon=icon,
                                      layout=w.Layout(width="110px"))
                         for op, icon in (("pause", "pause"), ("resume", "play"),
-                                         ("stop", "stop"), ("checkpoint", "save"))
-                        # checkpoint/resume is the reliability issue's: no button before
-                        if hasattr(job, op)}
+                                         ("stop", "stop"), ("checkpoint", "save"))}
         for op, b in self.buttons.items():
             b.on_click(lambda _, op=op: self._command(op))
-        head = w.HBox([self.badge, self.progress, self.where, *self.buttons.values()])
+        head = w.HBox([self.badge, self.progress, self.where, *self.buttons.values(),
+                       self.acked])
         main = [r.box for n, r in self.rows.items() if n not in SYSTEM]
         system = [r.box for n, r in self.rows.items() if n in SYSTEM]
         grid = w.GridBox(main, layout=w.Layout(
             grid_template_columns="repeat(auto-fill, minmax(700px, 1fr))"))
-        more = w.Accordion([w.VBox(system)], titles=("monitors and lr scaling",),
+        more = w.Accordion([w.VBox(system)], titles=("monitors, lr scaling, checkpoints",),
                            selected_index=None)
         self.widget = w.VBox([head, self.errors, grid, *([more] if system else [])])
         self._p0: tuple[float, float] | None = None  # (time, progress) when first seen
@@ -228,9 +229,10 @@ class ControlPanel:
                 self.report(f"{op}: {getattr(exc, 'message', None) or exc}")
             elif op != "checkpoint":
                 self.set_state(ack.state or op)
-                self.where.value = f"{op} at step {ack.applied_at_step}"
+                self.acked.value = f"{op} at step {ack.applied_at_step}"
             else:
-                self.where.value = f"checkpoint at step {ack.applied_at_step}"
+                where = f": {html.escape(ack.path)}" if ack.path else ""
+                self.acked.value = f"checkpoint at step {ack.applied_at_step}{where}"
 
         call = getattr(self.job, op)
         self._submit(lambda: call(source="widget"), done)

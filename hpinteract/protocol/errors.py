@@ -65,6 +65,10 @@ class ConfigError(HpiError, ValueError):
     """Wrong use of the training-side API (e.g. a batch size that ranks cannot share)."""
 
 
+class CheckpointError(HpiError):
+    """A checkpoint could not be written or read; the job trains on."""
+
+
 _BY_NAME: dict[str, type[HpiError]] = {
     cls.__name__: cls
     for cls in (
@@ -78,6 +82,7 @@ _BY_NAME: dict[str, type[HpiError]] = {
         JobFailed,
         HpiTimeout,
         ConfigError,
+        CheckpointError,
     )
 }
 

@@ -139,9 +139,11 @@ BUILTINS: dict[str, HParam] = {
                             doc="EMA factor of the noise-scale monitor's two sums"),
     "monitor_ranks": HParam(100, low=0, doc="per-rank step and data-wait times: every N "
                             "steps (0: off)"),
+    "checkpoint_every": HParam(0, low=0, doc="write a checkpoint every N steps (0: only "
+                               "when asked); the newest two periodic ones are kept"),
 }
-# Declared in every job (the monitors) or with batch_size (its scaling rule).
-MONITORS = ("monitor_gns", "gns_smoothing", "monitor_ranks")
+# Declared in every job (the monitors, checkpoints) or with batch_size (its scaling rule).
+MONITORS = ("monitor_gns", "gns_smoothing", "monitor_ranks", "checkpoint_every")
 
 
 def build_specs(

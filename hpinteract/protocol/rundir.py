@@ -9,6 +9,7 @@ Runs in: every process. Layout of ``$HPINTERACT_HOME/jobs/<job_id>/`` (owner-onl
     events.jsonl      every change and lifecycle event, append-only, by rank 0
     columns/          the metrics as one binary column per metric (protocol.columns)
     ranks/<r>.jsonl   the changes each rank applied and at which step
+    checkpoints/      step-<n>.pt files and index.json (trainer.checkpoint)
     logs/             torchrun's per-rank stdout/stderr and the supervisor's log
 """
 
@@ -57,6 +58,13 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def read_checkpoint_index(directory: Path) -> list[dict[str, Any]]:
+    """The checkpoints listed in ``directory/index.json``, oldest first (empty if none)."""
+    data = read_json(directory / "index.json") or {}
+    entries = data.get("checkpoints")
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
 class RunDir:
     """Paths of one job's run directory."""
 
@@ -84,6 +92,7 @@ class RunDir:
     metrics_log = property(lambda self: self.path / "metrics.jsonl")
     events_log = property(lambda self: self.path / "events.jsonl")
     columns_dir = property(lambda self: self.path / "columns")
+    checkpoints_dir = property(lambda self: self.path / "checkpoints")
     logs_dir = property(lambda self: self.path / "logs")
     supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
 

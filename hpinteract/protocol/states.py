@@ -43,4 +43,5 @@ ALLOWED: dict[str, frozenset[JobState]] = {
     "pause": frozenset({JobState.STARTING, JobState.RUNNING}),
     "resume": frozenset({JobState.PAUSED}),
     "stop": frozenset({JobState.STARTING, JobState.RUNNING, JobState.PAUSED}),
+    "checkpoint": frozenset({JobState.STARTING, JobState.RUNNING, JobState.PAUSED}),
 }

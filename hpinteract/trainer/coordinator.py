@@ -24,12 +24,13 @@ import zmq
 
 from ..protocol.columns import ColumnWriter
 from ..protocol.connection import ConnectionInfo, new_key
-from ..protocol.errors import HpiError, InvalidCommand, InvalidState
+from ..protocol.errors import CheckpointError, HpiError, InvalidCommand, InvalidState
 from ..protocol.messages import Message, new_id
 from ..protocol.rundir import RunDir, atomic_write_json
 from ..protocol.states import ALLOWED, JobState
 from ..transport.control import ControlServer, Rejected
 from ..transport.pubsub import Publisher
+from .checkpoint import CheckpointWriter, Written
 from .commands import Command, RateLimit, int_field, note_of, reason_of, source_of
 from .policy_host import JobPolicies
 from .runlog import RunLog, merge_pages
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 Validate = Callable[[dict[str, Any]], dict[str, Any]]
 HISTORY_PAGE = 20_000
+PERIODIC_SOURCE = "job:checkpoint_every"  # the source of periodic checkpoints
 POLICY_REQUESTS = ("policies", "add_policy", "remove_policy", "enable_policy")
 
 
@@ -74,6 +76,8 @@ class Coordinator:
                                     record=self._record_event)
         self.policies.add_initial(policies or [])
         self.info: ConnectionInfo | None = None
+        self._changes: list[dict[str, Any]] = []  # applied changes, saved with checkpoints
+        self._writer: CheckpointWriter | None = None  # started by the first checkpoint
 
     # ---- called from the training thread -------------------------------------------------
     def start(self) -> ConnectionInfo:
@@ -86,7 +90,10 @@ class Coordinator:
     def post(self, *item: Any, wake: bool = True) -> None:
         self._outbox.put(item)
         if wake:
-            os.write(self._wake_w, b"x")
+            self._wake()
+
+    def _wake(self) -> None:
+        os.write(self._wake_w, b"x")
 
     def take_pending(self) -> list[Command]:
         out = []
@@ -144,6 +151,9 @@ class Coordinator:
                     break
                 self._serve_one()
         running = self._drain()
+        if self._writer is not None:
+            for written in self._writer.finished():
+                self._on_written(written)
         self._metrics.flush()  # on disk before it is published: metrics() sees what the
         self._events.flush()  # stream showed, and a crash loses nothing a client has seen
         self._columns.flush()  # after the log it indexes
@@ -166,6 +176,8 @@ class Coordinator:
                 self._on_metric(item[1])
             elif kind == "applied":
                 self._on_applied(item[1], item[2])
+            elif kind == "checkpoint":
+                self._on_checkpoint(item[1], item[2])
             elif kind == "status":
                 self._status.update(item[1])
                 self.policies.on_status(item[1])
@@ -201,6 +213,8 @@ class Coordinator:
     def _record_event(self, event: dict[str, Any]) -> None:
         rec = {"seq": self._next_seq(), "time": time.time(), **event}
         self._events.append(rec)
+        if event.get("kind") == "change" and event.get("status") == "applied":
+            self._changes.append(rec)
         # Events are rare and a client may read the log right after its ack: flush now
         # (a write, not an fsync). Per-step metrics stay buffered for the loop's flush.
         self._events.flush()
@@ -249,6 +263,33 @@ class Coordinator:
             reply["state"] = cmd.op
         self.policies.on_applied(cmd, step)
         self._finish_request(cmd.req_id, reply)
+
+    def _on_checkpoint(self, cmd: Command, state: dict[str, Any]) -> None:
+        """The training thread's copy, completed with what this thread owns, goes to the
+        writer; the requester is answered once the file is on disk."""
+        state["job_id"] = self.run_dir.job_id
+        state["policies"] = self.policies.state()
+        state["changes"] = list(self._changes)
+        if self._writer is None:
+            self._writer = CheckpointWriter(self.run_dir.checkpoints_dir,
+                                            wake=self._wake)
+        self._writer.submit(state, cmd, periodic=cmd.source == PERIODIC_SOURCE)
+
+    def _on_written(self, w: Written) -> None:
+        cmd: Command = w.token
+        if cmd.tracked:
+            self._unapplied -= 1
+        event = {"kind": "checkpoint", "id": cmd.id, "source": cmd.source, "step": w.step,
+                 "seconds": round(w.seconds, 4)}
+        if w.error is not None:
+            self._record_event({**event, "status": "failed", "error": w.error})
+            self._finish_request(cmd.req_id, {"ok": False, "error": CheckpointError(
+                f"checkpoint at step {w.step} failed: {w.error}").to_wire()})
+            return
+        assert w.path is not None
+        self._record_event({**event, "status": "written", "file": str(w.path), "bytes": w.size})
+        self._finish_request(cmd.req_id, {"ok": True, "change_id": cmd.id, "state": "checkpoint",
+                                          "applied_at_step": w.step, "path": str(w.path)})
 
     def _finish_request(self, req_id: str | None, reply: dict[str, Any]) -> None:
         if req_id is None:
@@ -318,6 +359,9 @@ class Coordinator:
             raise InvalidCommand(f"unknown request type {t!r}")
         if self._intended not in ALLOWED[t]:  # before validating: the state is the news
             raise InvalidState(f"cannot {t} a job that is {self._intended.value}")
+        if t == "checkpoint" and not self._status.get("watched"):
+            raise InvalidState("nothing to checkpoint: the script has not called "
+                               "run.watch(model, optimizer)")
         values: dict[str, Any] = {}
         if t == "set":
             raw = msg.content.get("values")
@@ -364,6 +408,10 @@ class Coordinator:
 
     def _shutdown(self) -> None:
         state, error = self._final
+        if self._writer is not None:  # what was captured is written and answered first
+            self._writer.close()
+            for written in self._writer.finished():
+                self._on_written(written)
         for cmd in list(self.pending):
             self._finish_request(cmd.req_id, {"ok": False, "error": InvalidState(
                 f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})

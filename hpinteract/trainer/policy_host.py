@@ -75,6 +75,18 @@ class JobPolicies:
             self.set.settle(cmd.source[len("policy:"):])
         self._flush()
 
+    def state(self) -> list[dict[str, Any]]:
+        """Every policy's description and ``state_dict``, for a checkpoint."""
+        out = []
+        for entry in self.set.entries.values():
+            item = entry.describe()
+            try:
+                item["state"] = entry.policy.state_dict()
+            except Exception as exc:  # a checkpoint is not lost for one policy's state
+                item["state"], item["state_error"] = None, f"{type(exc).__name__}: {exc}"
+            out.append(item)
+        return out
+
     # ---- requests from clients ------------------------------------------------------------------
     def handle(self, type_: str, content: Mapping[str, Any]) -> dict[str, Any]:
         if type_ == "policies":

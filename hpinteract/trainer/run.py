@@ -19,11 +19,13 @@ from typing import IO, Any
 
 from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
+from ..protocol.messages import new_id
 from ..protocol.rundir import RunDir, read_json
 from ..protocol.states import JobState
 from .batching import batch_constraint, plan_of
+from .checkpoint import capture
 from .commands import Command
-from .coordinator import Coordinator
+from .coordinator import PERIODIC_SOURCE, Coordinator
 from .distributed import Topology, control_group, ensure_process_group, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
@@ -117,6 +119,7 @@ class Run:
         self._times = RankTimes(group, self.world_size, self.rank)
         self._rank_metrics: dict[str, Any] = {}  # rank 0: the last gather, for the next record
         self._snapshots = Snapshots()
+        self._saved_at = 0  # step of the newest checkpoint (rank 0)
         self._finished = False
         self._last_t = time.perf_counter()
         self._batch_t = self._last_t
@@ -291,8 +294,30 @@ class Run:
                 cmds = with_lr_scaling(cmds, self.hp, self.store.specs, self._noise_scale)
             self._in_flight = {c.id: c for c in cmds}
             wire = [c.to_wire() for c in cmds]
+        saves = []
         for cmd in self._sync.exchange(wire):
-            self._apply(cmd)
+            if cmd["op"] == "checkpoint":
+                saves.append(cmd)  # after the changes of this boundary: they are step's
+            else:
+                self._apply(cmd)
+        if self._coord is not None and self.model is not None:
+            every = int(self.hp["checkpoint_every"])
+            todo = [self._in_flight.pop(c["id"]) for c in saves]
+            if not todo and every and self.step_index - self._saved_at >= every:
+                todo = [Command("checkpoint", new_id(), PERIODIC_SOURCE, tracked=False)]
+            for command in todo:
+                self._checkpoint(command)
+
+    def _checkpoint(self, cmd: Command) -> None:
+        """Rank 0 copies the state; the coordinator's writer thread puts it on disk."""
+        assert self._coord is not None
+        loader = self._loader
+        where = None if loader is None else {"epoch": loader.epoch, "position": loader.position}
+        state = capture(self.model, self.optimizer, self._scheduler, step=self.step_index,
+                        epoch=self.epoch, loader=where, hparams=dict(self.store.view),
+                        last_changed=dict(self.store.last_changed))
+        self._saved_at = self.step_index
+        self._coord.post("checkpoint", cmd, state)
 
     @property
     def _scheduler(self) -> Any:

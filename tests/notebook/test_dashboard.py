@@ -72,6 +72,10 @@ def test_the_dashboard_follows_and_controls_a_job(kernel):
         assert f"since step {ack.applied_at_step}" in d.panel.rows["momentum"].state.value
         d.panel.buttons["pause"].click()
         await until(lambda: job.state.value == "paused")
+        d.panel.buttons["checkpoint"].click()
+        await until(lambda: "checkpoint at step" in d.panel.acked.value or d.panel.errors.value)
+        assert "checkpoint at step" in d.panel.acked.value, d.panel.errors.value
+        assert len(job.checkpoints()) == 1
         d.panel.buttons["resume"].click()
         await until(lambda: job.state.value == "running")
         d.panel.buttons["stop"].click()

@@ -68,7 +68,7 @@ def test_a_cell_function_launches_on_two_ranks_and_obeys_the_magics(kernel):
     kernel.run("%load_ext hpinteract")
     kernel.run(CELL)
     kernel.run("""
-        import asyncio, json
+        import asyncio, json, os
         job = %hp launch train --nproc 2 --set lr=0.05 batch_size=32
         for _ in range(600):
             if (job.status().get("latest") or {}).get("step", -1) >= 5:
@@ -86,6 +86,8 @@ def test_a_cell_function_launches_on_two_ranks_and_obeys_the_magics(kernel):
         assert job.id in jobs.id.tolist()
         status = %hp status
         assert status["world_size"] == 2
+        saved = %hp checkpoint
+        assert os.path.isfile(saved.path) and saved.applied_at_step >= ack.applied_at_step
         %hp stop
         assert job.wait(90).value == "finished", job.logs()
         ev = job.events()

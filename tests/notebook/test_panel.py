@@ -70,7 +70,8 @@ def test_an_ack_shows_the_step_and_commands_follow_the_state():
         set=lambda values, source: Ack("c1", 77, dict(values)),
         pause=lambda source: Ack("c2", 80, {}, "paused"),
         resume=lambda source: Ack("c3", 81, {}, "running"),
-        stop=lambda source: Ack("c4", 82, {}, "stopping"))
+        stop=lambda source: Ack("c4", 82, {}, "stopping"),
+        checkpoint=lambda source: Ack("c5", 80, {}, "checkpoint", "/runs/j/step-80.pt"))
     status = {"specs": {"lr": BUILTINS["lr"].to_wire()}, "hparams": {"lr": 0.1},
               "world_size": 1, "state": "running", "last_changed": {"lr": 3}}
     panel = ControlPanel(job, status, lambda call, done: _run(call, done))
@@ -80,7 +81,9 @@ def test_an_ack_shows_the_step_and_commands_follow_the_state():
     panel.buttons["pause"].click()
     assert "paused" in panel.badge.value and panel.buttons["pause"].disabled
     assert not panel.buttons["resume"].disabled
-    assert "checkpoint" not in panel.buttons  # a job without checkpoints gets no button
+    panel.buttons["checkpoint"].click()  # allowed while paused; the state stays
+    assert "checkpoint at step 80: /runs/j/step-80.pt" in panel.acked.value
+    assert "paused" in panel.badge.value and not panel.buttons["checkpoint"].disabled
     panel.set_state("finished")
     assert all(b.disabled for b in panel.buttons.values())
     assert panel.rows["lr"].control.disabled
