@@ -23,7 +23,7 @@ from typing import Any
 from _common import machine_facts, median, private_home
 
 import hpinteract as hpi
-from hpinteract.notebook import bulk
+from hpinteract.client import bulk
 from hpinteract.notebook.dashboard import Dashboard
 from hpinteract.protocol.columns import ColumnWriter, read_columns
 from hpinteract.protocol.rundir import RunDir, atomic_write_json

@@ -13,10 +13,9 @@ from typing import Any
 import ipywidgets as w
 from jupyter_bokeh.widgets import BokehModel
 
-from .bulk import load_history
+from ..client.bulk import columns, load_history
 from .live import Feed, Ticker, show
 from .plots import LivePlots
-from .series import columns
 
 INTERVAL_S = 0.25
 

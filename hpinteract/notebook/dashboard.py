@@ -17,12 +17,11 @@ from typing import Any
 import ipywidgets as w
 from jupyter_bokeh.widgets import BokehModel
 
+from ..client.bulk import columns, load_history
 from ..protocol.errors import HpiTimeout
-from .bulk import load_history
 from .live import Feed, Ticker, Worker, show
 from .panel import ControlPanel
 from .plots import LivePlots
-from .series import columns
 
 INTERVAL_S = 0.25  # how often the display catches up: a few times a second, batched
 

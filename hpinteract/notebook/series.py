@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .decimate import Array, EmaState, ema, minmax, window
+from ..client.decimate import Array, EmaState, ema, minmax, window
 
 
 class Series:
@@ -47,26 +47,6 @@ class Series:
         self._x[self.n : need] = xs
         self._y[self.n : need] = ys
         self.n = need
-
-
-def columns(records: list[dict[str, Any]], names: set[str] | None = None,
-            x: str = "step") -> dict[str, tuple[list[float], list[float]]]:
-    """Per metric, its (xs, ys) from metric records; only numbers, only ``names`` if given.
-    Bools and strings are not plotted; a record without ``x`` is skipped."""
-    out: dict[str, tuple[list[float], list[float]]] = {}
-    for rec in records:
-        xv = rec.get(x)
-        if not isinstance(xv, int | float):
-            continue
-        for k, v in rec.items():
-            if k in ("seq", x) or isinstance(v, bool) or not isinstance(v, int | float):
-                continue
-            if names is not None and k not in names:
-                continue
-            xs, ys = out.setdefault(k, ([], []))
-            xs.append(float(xv))
-            ys.append(float(v))
-    return out
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpinteract.notebook.series import Series, SeriesView, columns
+from hpinteract.client.bulk import columns
+from hpinteract.notebook.series import Series, SeriesView
 
 
 def test_a_view_streams_then_redecimates_and_stays_within_budget():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hpinteract.notebook.decimate import EmaState, ema, minmax, window
+from hpinteract.client.decimate import EmaState, ema, minmax, window
 
 
 def loop_ema(y, alpha):

@@ -1,9 +1,9 @@
 """Series arithmetic for the plots: debiased EMA smoothing and min/max decimation.
 
-Runs in: the notebook kernel (any client process); numpy only. Both work on whole arrays
-at once, so a 1,000,000-step history is smoothed and cut down to a few thousand points in
-milliseconds, and both can continue from a previous call's state, so live points are
-processed as they come without redoing the history.
+Runs in: client processes (notebook plots, the server extension's chart); numpy only.
+Both work on whole arrays at once, so a 1,000,000-step history is smoothed and cut down to
+a few thousand points in milliseconds, and both can continue from a previous call's state,
+so live points are processed as they come without redoing the history.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
+from hpinteract.client import bulk
 from hpinteract.client.history import read_records
-from hpinteract.notebook import bulk
 from hpinteract.protocol.rundir import RunDir
 
 

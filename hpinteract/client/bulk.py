@@ -1,13 +1,13 @@
 """A job's whole history, read from its run directory as columns, fast enough for a
 1,000,000-step run to open in about a second.
 
-Runs in: the notebook kernel (any client process). Jobs keep a columnar copy of their
-metrics (protocol.columns): reading it is a few array reads. A run without one (older, or
-written by something else) is parsed from its JSON-lines log; decoding
-a million of them into dicts and then into columns costs seconds in Python, so the lines
-are parsed by pyarrow's multithreaded JSON reader straight into columns when pyarrow is
-installed (it is a pandas companion most data-science environments carry). Without it, or
-for a log pyarrow refuses (a diverged run writes ``NaN``, which is not JSON), one
+Runs in: client processes (the notebook kernel, the Jupyter server extension). Jobs keep
+a columnar copy of their metrics (protocol.columns): reading it is a few array reads. A run
+without one (older, or written by something else) is parsed from its JSON-lines log;
+decoding a million of them into dicts and then into columns costs seconds in Python, so the
+lines are parsed by pyarrow's multithreaded JSON reader straight into columns when pyarrow
+is installed (a pandas companion most data-science environments carry). Without it, or for
+a log pyarrow refuses (a diverged run writes ``NaN``, which is not JSON), one
 ``json.loads`` of the whole file as an array is the fallback: still one C call, not a
 million.
 """
@@ -23,16 +23,36 @@ from typing import Any
 
 import numpy as np
 
-from ..client.history import read_records
 from ..protocol.columns import read_columns
 from ..protocol.rundir import RunDir
 from .decimate import Array
-from .series import columns
+from .history import read_records
 
 Columns = dict[str, tuple[Array, Array]]
 _SENTINEL = -1.2345678901234567e308  # stands for a non-finite value while pyarrow parses
 _SENTINEL_TEXT = repr(_SENTINEL).encode()
 _NON_FINITE = re.compile(rb":\s*(?:-?Infinity|NaN)(?=\s*[,}])")
+
+
+
+def columns(records: list[dict[str, Any]], names: set[str] | None = None,
+            x: str = "step") -> dict[str, tuple[list[float], list[float]]]:
+    """Per metric, its (xs, ys) from metric records; only numbers, only ``names`` if given.
+    Bools and strings are not plotted; a record without ``x`` is skipped."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    for rec in records:
+        xv = rec.get(x)
+        if not isinstance(xv, int | float):
+            continue
+        for k, v in rec.items():
+            if k in ("seq", x) or isinstance(v, bool) or not isinstance(v, int | float):
+                continue
+            if names is not None and k not in names:
+                continue
+            xs, ys = out.setdefault(k, ([], []))
+            xs.append(float(xv))
+            ys.append(float(v))
+    return out
 
 
 @dataclass
