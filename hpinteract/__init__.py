@@ -52,6 +52,16 @@ def load_ipython_extension(ipython: Any) -> None:
     load(ipython)
 
 
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension; the installed jupyter-config file enables it."""
+    return [{"module": "hpinteract.server"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """The JupyterLab extension built into the package (also installed as shared data)."""
+    return [{"src": "labextension", "dest": "hpinteract"}]
+
+
 __all__ = [
     "Ack", "AuthError", "ConfigError", "HParam", "HpiError", "HpiTimeout", "InvalidCommand",
     "InvalidHParam", "InvalidState", "Job", "JobError", "JobFailed", "JobNotFound", "JobState",

@@ -34,7 +34,6 @@ _SENTINEL_TEXT = repr(_SENTINEL).encode()
 _NON_FINITE = re.compile(rb":\s*(?:-?Infinity|NaN)(?=\s*[,}])")
 
 
-
 def columns(records: list[dict[str, Any]], names: set[str] | None = None,
             x: str = "step") -> dict[str, tuple[list[float], list[float]]]:
     """Per metric, its (xs, ys) from metric records; only numbers, only ``names`` if given.
