@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# A real Jupyter server per test, for the server extension's handlers (tests/server).
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def hpi_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -196,7 +196,12 @@ export class JobModel {
     }
     if (this.detail) {
       const latest = { ...this.detail.latest, ...rec };
-      this.detail = { ...this.detail, step: rec.step + 1, latest, loss: latest.loss ?? null };
+      this.detail = {
+        ...this.detail,
+        step: rec.step + 1,
+        latest,
+        loss: latest.loss ?? null
+      };
     }
   }
 
@@ -230,8 +235,14 @@ export class JobModel {
       this.errors.delete(name);
       this.acked.set(name, ack.applied_at_step);
       if (this.detail) {
-        const hparams = { ...this.detail.hparams, ...(ack.values ?? { [name]: value }) };
-        const last_changed = { ...this.detail.last_changed, [name]: ack.applied_at_step };
+        const hparams = {
+          ...this.detail.hparams,
+          ...(ack.values ?? { [name]: value })
+        };
+        const last_changed = {
+          ...this.detail.last_changed,
+          [name]: ack.applied_at_step
+        };
         this.detail = { ...this.detail, hparams, last_changed };
       }
       return true;

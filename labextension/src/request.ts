@@ -58,9 +58,17 @@ export async function requestAPI<T>(
 ): Promise<T> {
   let response: Response;
   try {
-    response = await ServerConnection.makeRequest(apiUrl(endPoint, settings), init, settings);
+    response = await ServerConnection.makeRequest(
+      apiUrl(endPoint, settings),
+      init,
+      settings
+    );
   } catch (error) {
-    throw new ApiError(0, `cannot reach the Jupyter server: ${String(error)}`, 'NetworkError');
+    throw new ApiError(
+      0,
+      `cannot reach the Jupyter server: ${String(error)}`,
+      'NetworkError'
+    );
   }
   const text = await response.text();
   let data: unknown = null;
@@ -75,7 +83,12 @@ export async function requestAPI<T>(
     const body = (data as { error?: IErrorBody; message?: string } | null) ?? {};
     const error = body.error;
     if (error && typeof error.message === 'string') {
-      throw new ApiError(response.status, error.message, error.type, error.field ?? null);
+      throw new ApiError(
+        response.status,
+        error.message,
+        error.type,
+        error.field ?? null
+      );
     }
     throw new ApiError(
       response.status,

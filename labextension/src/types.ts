@@ -1,12 +1,7 @@
 /** The server extension's JSON shapes (hpinteract/server/service.py and socket.py). */
 
 export type JobStateName =
-  | 'starting'
-  | 'running'
-  | 'paused'
-  | 'stopping'
-  | 'finished'
-  | 'failed';
+  'starting' | 'running' | 'paused' | 'stopping' | 'finished' | 'failed';
 
 export const TERMINAL: ReadonlySet<string> = new Set(['finished', 'failed']);
 
@@ -107,4 +102,5 @@ export interface IErrorMessage {
   message: string;
 }
 
-export type StreamMessage = IHistoryMessage | IRecordsMessage | IEndMessage | IErrorMessage;
+export type StreamMessage =
+  IHistoryMessage | IRecordsMessage | IEndMessage | IErrorMessage;

@@ -1,33 +1,21 @@
 """The notebook experience in a real browser: JupyterLab in headless Chromium runs the
 quick-start notebook; the plots' points grow while the job trains, and dragging the lr
-slider changes the job's lr. A screenshot is saved under build/test-output/.
-
-Needs Chromium at /usr/bin/chromium (``.ci/run`` installs Debian's package). Where it is
-missing the test fails, saying so: a skip would hide a broken browser path in CI. Set
-HPI_SKIP_BROWSER=1 to leave it out deliberately on a machine without one.
+slider changes the job's lr. A screenshot is saved under build/test-output/browser/.
+(Chromium: see tests/lab.py.)
 """
 
 from __future__ import annotations
 
-import os
 import re
-import secrets
 import shutil
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from lab import ARGS, CHROMIUM, OUTPUT, ROOT, browser_test, jupyterlab, require_chromium
 
 import hpinteract as hpi
 
-ROOT = Path(__file__).parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-OUTPUT = ROOT / "build" / "test-output" / "browser"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+OUTPUT = OUTPUT / "browser"
 # The page's Bokeh documents: points held by each line's source (those with a raw column)
 # and the newest step among them.
 POINTS_JS = """() => {
@@ -70,47 +58,21 @@ DENSITY_JS = """() => {
   return n / (range.end - range.start);
 }"""
 
-pytestmark = pytest.mark.skipif(os.environ.get("HPI_SKIP_BROWSER") == "1",
-                                reason="HPI_SKIP_BROWSER=1: the browser test left out")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = browser_test
 
 
 @pytest.fixture
 def lab(tmp_path, hpi_home):
     """JupyterLab on loopback with a token, over a copy of examples/ whose quick start
     trains for longer (a person drags the slider mid-run; so does this test)."""
-    assert CHROMIUM.exists(), (f"{CHROMIUM} is missing: install Debian's chromium (.ci/run "
-                               "does), or set HPI_SKIP_BROWSER=1 to leave this test out")
+    require_chromium()
     work = tmp_path / "examples"
     shutil.copytree(ROOT / "examples", work)
     nb = work / "01_quickstart.ipynb"
     nb.write_text(nb.read_text().replace('\\"--epochs\\", \\"12\\"', '\\"--epochs\\", \\"400\\"'))
     assert '\\"400\\"' in nb.read_text()
-    token, port = secrets.token_hex(16), free_port()
-    log = open(tmp_path / "lab.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
-         "--allow-root", "--LabApp.expose_app_in_browser=True"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HPINTERACT_HOME": str(hpi_home)})
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/lab/tree/01_quickstart.ipynb?token={token}"
-    finally:
-        proc.terminate()
-        proc.wait(20)
-        log.close()
+    with jupyterlab(work, hpi_home, tmp_path / "lab.log") as (base, token):
+        yield f"{base}/lab/tree/01_quickstart.ipynb?token={token}"
 
 
 @pytest.mark.timeout(420)

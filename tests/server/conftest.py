@@ -7,8 +7,6 @@ from helpers import TOY, wait_for_step
 
 import hpinteract as hpi
 
-pytest_plugins = ["pytest_jupyter.jupyter_server"]
-
 
 @pytest.fixture
 def jp_server_config():

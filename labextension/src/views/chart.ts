@@ -48,7 +48,11 @@ export class Chart extends Widget {
     const sx = (x: number) =>
       PAD.left + ((x - x0) / Math.max(1, x1 - x0)) * (width - PAD.left - PAD.right);
     for (const pane of PANES) {
-      const svg = el('svg', { width, height: HEIGHT, class: `hpi-pane hpi-pane-${pane.title}` });
+      const svg = el('svg', {
+        width,
+        height: HEIGHT,
+        class: `hpi-pane hpi-pane-${pane.title}`
+      });
       svg.append(el('text', { x: 4, y: 11, class: 'hpi-pane-title' }));
       svg.lastChild!.textContent = pane.title;
       const lines = pane.names
@@ -109,7 +113,11 @@ export class Chart extends Widget {
           );
         }
       }
-      const axis = el('text', { x: width - PAD.right, y: HEIGHT - 3, class: 'hpi-tick hpi-x' });
+      const axis = el('text', {
+        x: width - PAD.right,
+        y: HEIGHT - 3,
+        class: 'hpi-tick hpi-x'
+      });
       axis.textContent = all.length ? `step ${x1}` : 'no steps yet';
       svg.append(axis);
       this.node.append(svg);

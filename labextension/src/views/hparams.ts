@@ -8,7 +8,10 @@ import { Widget } from '@lumino/widgets';
 import { JobModel } from '../model';
 import { IHParamSpec } from '../types';
 
-function inputFor(spec: IHParamSpec, value: unknown): HTMLInputElement | HTMLSelectElement {
+function inputFor(
+  spec: IHParamSpec,
+  value: unknown
+): HTMLInputElement | HTMLSelectElement {
   const options = spec.choices ?? (spec.kind === 'bool' ? [true, false] : null);
   if (options) {
     const select = document.createElement('select');
@@ -51,7 +54,8 @@ export class HParamTable extends Widget {
         this.rows.set(name, row);
         this.node.append(row);
       }
-      const input = row.querySelector('input, select') as HTMLInputElement | HTMLSelectElement;
+      const input = row.querySelector('input, select') as
+        HTMLInputElement | HTMLSelectElement;
       const value = String(detail.hparams[name]);
       if (input !== focused && input.dataset.sent !== 'pending') {
         input.value = value;
@@ -71,7 +75,11 @@ export class HParamTable extends Widget {
     }
   }
 
-  private makeRow(name: string, spec: IHParamSpec, value: unknown): HTMLTableRowElement {
+  private makeRow(
+    name: string,
+    spec: IHParamSpec,
+    value: unknown
+  ): HTMLTableRowElement {
     const row = document.createElement('tr');
     row.dataset.hparam = name;
     const label = document.createElement('td');
@@ -82,13 +90,14 @@ export class HParamTable extends Widget {
     const input = inputFor(spec, value);
     input.setAttribute('aria-label', name);
     cell.append(input);
-    const since = document.createElement('td');
+    // Under the input, not beside it: the side panel is narrow.
+    const since = document.createElement('div');
     since.className = 'hpi-since';
     const error = document.createElement('div');
     error.className = 'hpi-error';
     error.setAttribute('role', 'alert');
-    cell.append(error);
-    row.append(label, cell, since);
+    cell.append(since, error);
+    row.append(label, cell);
     const send = async () => {
       const current = String(this.model.detail?.hparams[name]);
       if (input.value === current || input.dataset.sent === 'pending') {

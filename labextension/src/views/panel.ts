@@ -38,7 +38,9 @@ export class JobList extends Widget {
       bar.value = job.progress ?? 0;
       const info = document.createElement('span');
       info.className = 'hpi-job-info';
-      info.textContent = [`step ${job.step ?? 0}`, loss(job)].filter(Boolean).join(' · ');
+      info.textContent = [`step ${job.step ?? 0}`, loss(job)]
+        .filter(Boolean)
+        .join(' · ');
       li.append(badge, name, bar, info);
       li.addEventListener('click', () => this.model.select(job.id));
       return li;
@@ -46,7 +48,8 @@ export class JobList extends Widget {
     if (items.length === 0) {
       const li = document.createElement('li');
       li.className = 'hpi-empty';
-      li.textContent = this.model.error || 'No jobs yet: hpi.launch(...) or %hp launch.';
+      li.textContent =
+        this.model.error || 'No jobs yet: hpi.launch(...) or %hp launch.';
       items.push(li);
     }
     this.node.replaceChildren(...items);
