@@ -58,8 +58,15 @@ class Jobs:
             return job
 
     def summaries(self) -> list[dict[str, Any]]:
-        """Every job, newest first: what the side panel lists."""
-        return [summary(Job(rd)) for rd in reversed(list(iter_run_dirs(self.home)))]
+        """Every job, newest first: what the side panel lists. Ended jobs' connections are
+        let go here (the panel polls this), so a long-lived server holds sockets only to
+        jobs that still run."""
+        out = [summary(Job(rd)) for rd in reversed(list(iter_run_dirs(self.home)))]
+        ended = {s["id"] for s in out if s["state"] in ("finished", "failed")}
+        with self._lock:
+            for job_id in ended & set(self._jobs):
+                self._jobs.pop(job_id).close()
+        return out
 
     def close(self) -> None:
         with self._lock:

@@ -118,7 +118,7 @@ def test_load_refuses_foreign_files_and_pickled_code(tmp_path, capsys):
     with pytest.raises(CheckpointError, match="not an hpinteract checkpoint"):
         ck.load(tmp_path / "other.pt")
     with open(tmp_path / "evil.pt", "wb") as f:
-        pickle.dump({"format": ck.FORMAT, "x": Boom()}, f)
+        pickle.dump({"format": ck.FORMAT, "x": Boom()}, f, protocol=2)
     with pytest.raises(CheckpointError):
         ck.load(tmp_path / "evil.pt")
     assert "must never run" not in capsys.readouterr().out
