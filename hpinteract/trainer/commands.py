@@ -6,6 +6,8 @@ Runs in: rank 0's coordinator thread (and the training thread, which takes the c
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,46 @@ class Command:
         if self.extra:
             wire["extra"] = self.extra
         return wire
+
+
+Send = Callable[[list[bytes], Message, dict[str, Any]], None]
+
+
+class Replies:
+    """Commands are answered once applied: who waits for which request id, and the answers
+    kept (the newest ``keep``), so that a retry with the same id is answered again and
+    never acted on twice."""
+
+    def __init__(self, send: Send, keep: int = 1000) -> None:
+        self._send = send
+        self._keep = keep
+        self.waiting: dict[str, tuple[list[bytes], Message]] = {}  # req_id -> requester
+        self.done: OrderedDict[str, dict[str, Any]] = OrderedDict()  # req_id -> reply
+
+    def retry(self, identity: list[bytes], msg: Message) -> bool:
+        """True if ``msg`` repeats a request already answered (answered again) or queued
+        (the new requester waits for it instead)."""
+        req_id = msg.header.req_id
+        if req_id is not None and req_id in self.done:
+            self._send(identity, msg, self.done[req_id])
+            return True
+        if req_id is not None and req_id in self.waiting:
+            self.waiting[req_id] = (identity, msg)
+            return True
+        return False
+
+    def wait(self, req_id: str, identity: list[bytes], msg: Message) -> None:
+        self.waiting[req_id] = (identity, msg)
+
+    def finish(self, req_id: str | None, reply: dict[str, Any]) -> None:
+        if req_id is None:
+            return
+        waiting = self.waiting.pop(req_id, None)
+        self.done[req_id] = reply
+        while len(self.done) > self._keep:
+            self.done.popitem(last=False)
+        if waiting is not None:
+            self._send(waiting[0], waiting[1], reply)
 
 
 class RateLimit:

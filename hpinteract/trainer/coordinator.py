@@ -15,25 +15,23 @@ import logging
 import os
 import queue
 import threading
-import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import zmq
 
-from ..protocol.columns import ColumnWriter
 from ..protocol.connection import ConnectionInfo, new_key
 from ..protocol.errors import CheckpointError, HpiError, InvalidCommand, InvalidState
 from ..protocol.messages import Message, new_id
-from ..protocol.rundir import RunDir, atomic_write_json
+from ..protocol.rundir import RunDir
 from ..protocol.states import ALLOWED, JobState
 from ..transport.control import ControlServer, Rejected
 from ..transport.pubsub import Publisher
 from .checkpoint import CheckpointWriter, Written
-from .commands import Command, RateLimit, int_field, note_of, reason_of, source_of
+from .commands import Command, RateLimit, Replies, int_field, note_of, reason_of, source_of
+from .journal import Journal
 from .policy_host import JobPolicies
-from .runlog import RunLog, merge_pages
 
 log = logging.getLogger(__name__)
 
@@ -60,23 +58,16 @@ class Coordinator:
         self._thread = threading.Thread(target=self._main, name="hpi-coordinator", daemon=True)
         self._startup_error: BaseException | None = None
         # The views below are owned by the coordinator thread.
-        self._state = JobState.STARTING
         self._intended = JobState.STARTING  # the state once queued commands have applied
-        self._status: dict[str, Any] = {"step": 0, "epoch": 0, "hparams": {}, "specs": {}}
-        self._latest: dict[str, Any] = {}
-        self._seq = 0
         self._unapplied = 0  # commands queued or taken by the training thread, not yet applied
         self._security = RateLimit(per_minute=30)
-        self._batch: list[dict[str, Any]] = []  # records to publish at the end of this cycle
-        self._waiting: dict[str, tuple[list[bytes], Message]] = {}  # req_id -> requester
-        self._done: OrderedDict[str, dict[str, Any]] = OrderedDict()  # req_id -> reply
-        self._last_state_write = 0.0
-        self._fresh: list[dict[str, Any]] = []  # metric records of this cycle, for policies
+        self._replies = Replies(lambda identity, msg, reply:
+                                self._server.reply(identity, msg, reply))
         self.policies = JobPolicies(world_size, validate=validate, submit=self._enqueue,
                                     record=self._record_event)
         self.policies.add_initial(policies or [])
         self.info: ConnectionInfo | None = None
-        self._changes: list[dict[str, Any]] = []  # applied changes, saved with checkpoints
+        self.journal: Journal  # the logs, opened by the coordinator thread
         self._writer: CheckpointWriter | None = None  # started by the first checkpoint
 
     # ---- called from the training thread -------------------------------------------------
@@ -115,10 +106,7 @@ class Coordinator:
             key = new_key()
             self._server = ControlServer(ctx, key.encode(), self._ip)
             self._pub = Publisher(ctx, key.encode(), self._ip)
-            self._metrics = RunLog(self.run_dir.metrics_log)
-            self._columns = ColumnWriter(self.run_dir.columns_dir)  # for fast opening
-            self._events = RunLog(self.run_dir.events_log)
-            self._seq = max(self._metrics.last_seq, self._events.last_seq)
+            self.journal = Journal(self.run_dir, self._pub, self.world_size)
             self.info = ConnectionInfo(
                 job_id=self.run_dir.job_id, ip=self._ip, control_port=self._server.port,
                 pub_port=self._pub.port, key=key, pid=os.getpid(),
@@ -154,12 +142,7 @@ class Coordinator:
         if self._writer is not None:
             for written in self._writer.finished():
                 self._on_written(written)
-        self._metrics.flush()  # on disk before it is published: metrics() sees what the
-        self._events.flush()  # stream showed, and a crash loses nothing a client has seen
-        self._columns.flush()  # after the log it indexes
-        self._publish()
-        if time.monotonic() - self._last_state_write > 2.0:
-            self._write_state()
+        self.journal.end_cycle()
         return running
 
     def _drain(self) -> bool:
@@ -167,21 +150,21 @@ class Coordinator:
             try:
                 item = self._outbox.get_nowait()
             except queue.Empty:
-                if self._fresh:
-                    records, self._fresh = self._fresh, []
+                records = self.journal.take_fresh()
+                if records:
                     self.policies.on_records(records)
                 return True
             kind = item[0]
             if kind == "metric":
-                self._on_metric(item[1])
+                self.journal.metric(item[1])
             elif kind == "applied":
                 self._on_applied(item[1], item[2])
             elif kind == "checkpoint":
                 self._on_checkpoint(item[1], item[2])
             elif kind == "status":
-                self._status.update(item[1])
+                self.journal.status.update(item[1])
                 self.policies.on_status(item[1])
-                self._write_state()
+                self.journal.write_state()
             elif kind == "state":
                 self._set_state(item[1], item[2], item[3])
             elif kind == "event":
@@ -190,57 +173,12 @@ class Coordinator:
                 self._final = (item[1], item[2])
                 return False
 
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
-    def _on_metric(self, record: dict[str, Any]) -> None:
-        # Tensors were detached on the training thread; reading them here keeps any device
-        # sync off the training loop.
-        rec: dict[str, Any] = {"seq": self._next_seq()}
-        for k, v in record.items():
-            rec[k] = v if isinstance(v, int | float | str | bool) or v is None else float(v)
-        self._metrics.append(rec)
-        self._columns.add(rec)
-        self._batch.append(rec)
-        self._fresh.append(rec)
-        if rec.get("eval"):
-            return  # an evaluation: not the latest training step
-        self._latest = rec
-        self._status["step"] = int(record.get("step", 0)) + 1
-        self._status["epoch"] = rec.get("epoch", 0)
-
     def _record_event(self, event: dict[str, Any]) -> None:
-        rec = {"seq": self._next_seq(), "time": time.time(), **event}
-        self._events.append(rec)
-        if event.get("kind") == "change" and event.get("status") == "applied":
-            self._changes.append(rec)
-        # Events are rare and a client may read the log right after its ack: flush now
-        # (a write, not an fsync). Per-step metrics stay buffered for the loop's flush.
-        self._events.flush()
-        self._batch.append(rec)
-
-    def _publish(self) -> None:
-        if self._batch:
-            self._pub.publish(self._batch)
-            self._batch = []
+        self.journal.event(event)
 
     def _set_state(self, state: JobState, step: int, source: str) -> None:
-        if state == self._state:
-            return
-        self._state = state
-        if self._unapplied == 0:  # nothing queued or in flight could still change it
-            self._intended = state
-        self._record_event({"kind": "state", "state": state.value, "step": step, "source": source})
-        self._write_state()
-
-    def _write_state(self, error: dict[str, Any] | None = None) -> None:
-        self._last_state_write = time.monotonic()
-        atomic_write_json(self.run_dir.state_file, {
-            "job_id": self.run_dir.job_id, "state": self._state.value, "pid": os.getpid(),
-            "world_size": self.world_size, "updated": time.time(), "error": error,
-            "latest": self._latest, **self._status,
-        })
+        if self.journal.set_state(state, step, source) and self._unapplied == 0:
+            self._intended = state  # nothing queued or in flight could still change it
 
     def _on_applied(self, cmd: Command, step: int) -> None:
         if cmd.tracked:
@@ -262,14 +200,14 @@ class Coordinator:
         else:
             reply["state"] = cmd.op
         self.policies.on_applied(cmd, step)
-        self._finish_request(cmd.req_id, reply)
+        self._replies.finish(cmd.req_id, reply)
 
     def _on_checkpoint(self, cmd: Command, state: dict[str, Any]) -> None:
         """The training thread's copy, completed with what this thread owns, goes to the
         writer; the requester is answered once the file is on disk."""
         state["job_id"] = self.run_dir.job_id
         state["policies"] = self.policies.state()
-        state["changes"] = list(self._changes)
+        state["changes"] = list(self.journal.changes)
         if self._writer is None:
             self._writer = CheckpointWriter(self.run_dir.checkpoints_dir,
                                             wake=self._wake)
@@ -283,23 +221,13 @@ class Coordinator:
                  "seconds": round(w.seconds, 4)}
         if w.error is not None:
             self._record_event({**event, "status": "failed", "error": w.error})
-            self._finish_request(cmd.req_id, {"ok": False, "error": CheckpointError(
+            self._replies.finish(cmd.req_id, {"ok": False, "error": CheckpointError(
                 f"checkpoint at step {w.step} failed: {w.error}").to_wire()})
             return
         assert w.path is not None
         self._record_event({**event, "status": "written", "file": str(w.path), "bytes": w.size})
-        self._finish_request(cmd.req_id, {"ok": True, "change_id": cmd.id, "state": "checkpoint",
+        self._replies.finish(cmd.req_id, {"ok": True, "change_id": cmd.id, "state": "checkpoint",
                                           "applied_at_step": w.step, "path": str(w.path)})
-
-    def _finish_request(self, req_id: str | None, reply: dict[str, Any]) -> None:
-        if req_id is None:
-            return
-        waiting = self._waiting.pop(req_id, None)
-        self._done[req_id] = reply
-        while len(self._done) > 1000:
-            self._done.popitem(last=False)
-        if waiting is not None:
-            self._server.reply(waiting[0], waiting[1], reply)
 
     # ---- requests ---------------------------------------------------------------------------
     def _serve_one(self) -> None:
@@ -313,12 +241,7 @@ class Coordinator:
                 self._server.reply(exc.identity, None,
                                    {"ok": False, "error": exc.error.to_wire()})
             return
-        req_id = msg.header.req_id
-        if req_id is not None and req_id in self._done:  # a retry of an answered request
-            self._server.reply(identity, msg, self._done[req_id])
-            return
-        if req_id is not None and req_id in self._waiting:  # a retry of a queued request
-            self._waiting[req_id] = (identity, msg)
+        if self._replies.retry(identity, msg):
             return
         try:
             try:
@@ -341,13 +264,14 @@ class Coordinator:
     def _handle(self, identity: list[bytes], msg: Message) -> dict[str, Any] | None:
         t = msg.type
         if t in ("hello", "get", "status"):
-            return {"ok": True, "job_id": self.run_dir.job_id, "state": self._state.value,
-                    "world_size": self.world_size, "latest": self._latest, **self._status}
+            j = self.journal
+            return {"ok": True, "job_id": self.run_dir.job_id, "state": j.state.value,
+                    "world_size": self.world_size, "latest": j.latest, **j.status}
         if t == "history":
             since = int_field(msg.content, "since", 0)
             limit = max(1, min(int_field(msg.content, "limit", HISTORY_PAGE), HISTORY_PAGE))
-            records, more = merge_pages([self._metrics, self._events], since, limit)
-            return {"ok": True, "records": records, "more": more, "head": self._seq}
+            records, more = self.journal.page(since, limit)
+            return {"ok": True, "records": records, "more": more, "head": self.journal.seq}
         if t == "cancel":
             return self._cancel(str(msg.content.get("req_id")))
         if t in POLICY_REQUESTS:
@@ -359,7 +283,7 @@ class Coordinator:
             raise InvalidCommand(f"unknown request type {t!r}")
         if self._intended not in ALLOWED[t]:  # before validating: the state is the news
             raise InvalidState(f"cannot {t} a job that is {self._intended.value}")
-        if t == "checkpoint" and not self._status.get("watched"):
+        if t == "checkpoint" and not self.journal.status.get("watched"):
             raise InvalidState("nothing to checkpoint: the script has not called "
                                "run.watch(model, optimizer)")
         values: dict[str, Any] = {}
@@ -371,7 +295,7 @@ class Coordinator:
         cmd = Command(t, new_id(), source_of(msg), values, msg.header.req_id,
                       reason=reason_of(msg.content))
         if cmd.req_id is not None:
-            self._waiting[cmd.req_id] = (identity, msg)
+            self._replies.wait(cmd.req_id, identity, msg)
         self._enqueue(cmd)
         return None  # answered once applied, with the step
 
@@ -388,19 +312,20 @@ class Coordinator:
     def _cancel(self, req_id: str) -> dict[str, Any]:
         """A client gave up waiting: withdraw its command if it has not been taken yet, so
         that a request that raised on the client never applies later."""
-        if req_id in self._done:
-            return {"ok": True, "cancelled": False, "reply": self._done[req_id]}
+        if req_id in self._replies.done:
+            return {"ok": True, "cancelled": False, "reply": self._replies.done[req_id]}
         cmd = next((c for c in list(self.pending) if c.req_id == req_id), None)
         if cmd is None:
-            return {"ok": True, "cancelled": False, "in_flight": req_id in self._waiting}
+            return {"ok": True, "cancelled": False,
+                    "in_flight": req_id in self._replies.waiting}
         try:
             self.pending.remove(cmd)
         except ValueError:  # the training thread took it a moment ago
             return {"ok": True, "cancelled": False, "in_flight": True}
-        self._waiting.pop(req_id, None)
+        self._replies.waiting.pop(req_id, None)
         self._unapplied -= 1
         if self._unapplied == 0:
-            self._intended = self._state
+            self._intended = self.journal.state
         if cmd.op == "set":
             self._record_event({"kind": "change", "id": cmd.id, "source": cmd.source,
                                 "values": cmd.values, "status": "cancelled"})
@@ -413,17 +338,10 @@ class Coordinator:
             for written in self._writer.finished():
                 self._on_written(written)
         for cmd in list(self.pending):
-            self._finish_request(cmd.req_id, {"ok": False, "error": InvalidState(
+            self._replies.finish(cmd.req_id, {"ok": False, "error": InvalidState(
                 f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
         self.pending.clear()
-        self._metrics.flush()  # every step is on disk before the state says the job ended
-        self._columns.flush()
-        self._set_state(state, self._status.get("step", 0), "job")
-        self._write_state(error)
-        self._publish()
-        self._metrics.close()
-        self._columns.close()
-        self._events.close()
+        self.journal.close(state, error)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir.connection)
         self._server.close()

@@ -8,7 +8,6 @@ counter, and only at a sync point joins the one small collective of `sync`.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import sys
@@ -19,20 +18,16 @@ from typing import IO, Any
 
 from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
-from ..protocol.messages import new_id
 from ..protocol.rundir import RunDir, read_json
 from ..protocol.states import JobState
 from .batching import batch_constraint, plan_of
-from .checkpoint import capture
-from .commands import Command
-from .coordinator import PERIODIC_SOURCE, Coordinator
+from .boundary import Boundary
+from .coordinator import Coordinator
 from .distributed import Topology, control_group, ensure_process_group, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor, RankTimes
 from .record import step_record, user_metrics
-from .scaling import with_lr_scaling
-from .snapshots import Snapshots
 from .store import HParamStore
 from .sync import StepSync
 
@@ -118,14 +113,12 @@ class Run:
         self._gns: GNSMonitor | None = None
         self._times = RankTimes(group, self.world_size, self.rank)
         self._rank_metrics: dict[str, Any] = {}  # rank 0: the last gather, for the next record
-        self._snapshots = Snapshots()
-        self._saved_at = 0  # step of the newest checkpoint (rank 0)
+        self._boundary = Boundary(self)
         self._finished = False
         self._last_t = time.perf_counter()
         self._batch_t = self._last_t
         self._rank_log: IO[str] = open(run_dir.rank_log(self.rank), "a", buffering=1)  # noqa: SIM115
         self._coord: Coordinator | None = None
-        self._in_flight: dict[str, Command] = {}
         if self.rank == 0:
             self._coord = Coordinator(run_dir, validate=self.store.validate,
                                       world_size=self.world_size, ip=ip, policies=policies)
@@ -282,42 +275,11 @@ class Run:
             gathered = self._times.gather(self.step_index)
             if self.rank == 0 and self.world_size > 1:
                 self._rank_metrics = gathered
-        self._snapshots.maybe_take(self.step_index, self.model, self.optimizer,
-                                   self._scheduler)
+        self._boundary.snapshot()
         self._sync_now()
 
     def _sync_now(self) -> None:
-        wire = None
-        if self._coord is not None:
-            cmds = self._coord.take_pending()
-            if any(c.op == "set" and "batch_size" in c.values for c in cmds):
-                cmds = with_lr_scaling(cmds, self.hp, self.store.specs, self._noise_scale)
-            self._in_flight = {c.id: c for c in cmds}
-            wire = [c.to_wire() for c in cmds]
-        saves = []
-        for cmd in self._sync.exchange(wire):
-            if cmd["op"] == "checkpoint":
-                saves.append(cmd)  # after the changes of this boundary: they are step's
-            else:
-                self._apply(cmd)
-        if self._coord is not None and self.model is not None:
-            every = int(self.hp["checkpoint_every"])
-            todo = [self._in_flight.pop(c["id"]) for c in saves]
-            if not todo and every and self.step_index - self._saved_at >= every:
-                todo = [Command("checkpoint", new_id(), PERIODIC_SOURCE, tracked=False)]
-            for command in todo:
-                self._checkpoint(command)
-
-    def _checkpoint(self, cmd: Command) -> None:
-        """Rank 0 copies the state; the coordinator's writer thread puts it on disk."""
-        assert self._coord is not None
-        loader = self._loader
-        where = None if loader is None else {"epoch": loader.epoch, "position": loader.position}
-        state = capture(self.model, self.optimizer, self._scheduler, step=self.step_index,
-                        epoch=self.epoch, loader=where, hparams=dict(self.store.view),
-                        last_changed=dict(self.store.last_changed))
-        self._saved_at = self.step_index
-        self._coord.post("checkpoint", cmd, state)
+        self._boundary.sync()
 
     @property
     def _scheduler(self) -> Any:
@@ -325,52 +287,6 @@ class Run:
 
     def _noise_scale(self) -> float | None:
         return self._gns.estimator.simple() if self._gns is not None else None
-
-    def _apply(self, cmd: dict[str, Any]) -> None:
-        op, step = cmd["op"], self.step_index
-        if op == "set":
-            self.store.apply(cmd["values"], step)
-        elif op == "rollback":
-            self._rollback(cmd, step)
-        elif op == "guard":
-            self._snapshots.configure(int(cmd["extra"]["every"]))
-            # At once: a change applied at this same sync point (the guard's first one) must
-            # already have a good state to go back to.
-            self._snapshots.maybe_take(step, self.model, self.optimizer, self._scheduler)
-        elif op == "pause":
-            self.paused = True
-        elif op == "resume":
-            self.paused = False
-        elif op == "stop":
-            self.should_stop, self.paused = True, False
-        self._rank_log.write(json.dumps({"id": cmd["id"], "op": op, "step": step,
-                                         "values": cmd.get("values", {})}) + "\n")
-        if self._coord is not None:
-            # State and status first: a client that reads them right after its ack must
-            # already see the change.
-            state = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
-                     "stop": JobState.STOPPING}.get(op)
-            if state is not None:
-                self._coord.post("state", state, step, cmd.get("source", "api"))
-            else:
-                self._post_status()
-            self._coord.post("applied", self._in_flight.pop(cmd["id"]), step)
-
-    def _rollback(self, cmd: dict[str, Any], step: int) -> None:
-        restored = None
-        if self.model is not None:
-            restored = self._snapshots.restore(int(cmd["extra"]["to_step"]), self.model,
-                                               self.optimizer, self._scheduler)
-        if restored is not None and self._binding is not None:
-            # The optimizer's state brought back its old lr and momentum: re-apply the
-            # current values before the change, or the rollback would undo later decisions.
-            self._binding.apply({n: self.hp[n] for n in self._binding.supported()})
-        if cmd["values"]:
-            self.store.apply(cmd["values"], step)
-        if self._coord is not None:
-            c = self._in_flight[cmd["id"]]
-            c.extra = {**c.extra, "restored_step": restored,
-                       "status": "restored" if restored is not None else "no snapshot"}
 
     def _post_status(self) -> None:
         if self._coord is None:

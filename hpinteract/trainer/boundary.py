@@ -1,0 +1,123 @@
+"""What a sync point does: the commands every rank applies, rollbacks, snapshots and
+checkpoints.
+
+Runs in: every rank's training thread, at sync points (``Run._at_sync_point`` and the
+paused loop). Rank 0 takes the coordinator's pending commands and hands them to every rank
+with the one collective of ``StepSync``; every rank then applies the same list, in order,
+before the same step, which is what makes a change consistent. Rank 0 also posts back at
+which step each took effect, and captures checkpoints (after this boundary's changes, so a
+checkpoint at step s holds what step s starts from).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.messages import new_id
+from ..protocol.states import JobState
+from .checkpoint import capture
+from .commands import Command
+from .coordinator import PERIODIC_SOURCE
+from .scaling import with_lr_scaling
+from .snapshots import Snapshots
+
+if TYPE_CHECKING:
+    from .run import Run
+
+# The state a command puts the job in, as the coordinator records it.
+STATE_OF = {"pause": JobState.PAUSED, "resume": JobState.RUNNING, "stop": JobState.STOPPING}
+
+
+class Boundary:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.snapshots = Snapshots()
+        self.saved_at = 0  # step of the newest checkpoint (rank 0)
+        self.in_flight: dict[str, Command] = {}  # rank 0: this boundary's commands by id
+
+    def snapshot(self) -> None:
+        r = self.run
+        self.snapshots.maybe_take(r.step_index, r.model, r.optimizer, r._scheduler)
+
+    def sync(self) -> None:
+        r = self.run
+        wire = None
+        if r._coord is not None:
+            cmds = r._coord.take_pending()
+            if any(c.op == "set" and "batch_size" in c.values for c in cmds):
+                cmds = with_lr_scaling(cmds, r.hp, r.store.specs, r._noise_scale)
+            self.in_flight = {c.id: c for c in cmds}
+            wire = [c.to_wire() for c in cmds]
+        saves = []
+        for cmd in r._sync.exchange(wire):
+            if cmd["op"] == "checkpoint":
+                saves.append(cmd)  # after the changes of this boundary: they are step's
+            else:
+                self.apply(cmd)
+        if r._coord is not None and r.model is not None:
+            every = int(r.hp["checkpoint_every"])
+            todo = [self.in_flight.pop(c["id"]) for c in saves]
+            if not todo and every and r.step_index - self.saved_at >= every:
+                todo = [Command("checkpoint", new_id(), PERIODIC_SOURCE, tracked=False)]
+            for command in todo:
+                self.checkpoint(command)
+
+    def checkpoint(self, cmd: Command) -> None:
+        """Rank 0 copies the state; the coordinator's writer thread puts it on disk."""
+        r = self.run
+        assert r._coord is not None
+        loader = r._loader
+        where = None if loader is None else {"epoch": loader.epoch, "position": loader.position}
+        state = capture(r.model, r.optimizer, r._scheduler, step=r.step_index, epoch=r.epoch,
+                        loader=where, hparams=dict(r.store.view),
+                        last_changed=dict(r.store.last_changed))
+        self.saved_at = r.step_index
+        r._coord.post("checkpoint", cmd, state)
+
+    def apply(self, cmd: dict[str, Any]) -> None:
+        r = self.run
+        op, step = cmd["op"], r.step_index
+        if op == "set":
+            r.store.apply(cmd["values"], step)
+        elif op == "rollback":
+            self.rollback(cmd, step)
+        elif op == "guard":
+            self.snapshots.configure(int(cmd["extra"]["every"]))
+            # At once: a change applied at this same sync point (the guard's first one) must
+            # already have a good state to go back to.
+            self.snapshot()
+        elif op == "pause":
+            r.paused = True
+        elif op == "resume":
+            r.paused = False
+        elif op == "stop":
+            r.should_stop, r.paused = True, False
+        r._rank_log.write(json.dumps({"id": cmd["id"], "op": op, "step": step,
+                                      "values": cmd.get("values", {})}) + "\n")
+        if r._coord is not None:
+            # State and status first: a client that reads them right after its ack must
+            # already see the change.
+            state = STATE_OF.get(op)
+            if state is not None:
+                r._coord.post("state", state, step, cmd.get("source", "api"))
+            else:
+                r._post_status()
+            r._coord.post("applied", self.in_flight.pop(cmd["id"]), step)
+
+    def rollback(self, cmd: dict[str, Any], step: int) -> None:
+        r = self.run
+        restored = None
+        if r.model is not None:
+            restored = self.snapshots.restore(int(cmd["extra"]["to_step"]), r.model,
+                                              r.optimizer, r._scheduler)
+        if restored is not None and r._binding is not None:
+            # The optimizer's state brought back its old lr and momentum: re-apply the
+            # current values before the change, or the rollback would undo later decisions.
+            r._binding.apply({n: r.hp[n] for n in r._binding.supported()})
+        if cmd["values"]:
+            r.store.apply(cmd["values"], step)
+        if r._coord is not None:
+            c = self.in_flight[cmd["id"]]
+            c.extra = {**c.extra, "restored_step": restored,
+                       "status": "restored" if restored is not None else "no snapshot"}

@@ -1,0 +1,119 @@
+"""The job's record: metrics and events logs, their columnar copy, the state file, and the
+publisher that streams what was logged.
+
+Runs in: rank 0's coordinator thread, which owns it. Records get a sequence number shared
+by both logs (a late subscriber pages the history in by seq, then drops what it already
+has). Each coordinator cycle writes what it logged before publishing it: ``metrics()``
+sees what the stream showed, and a crash loses nothing a client has seen. Writes, not
+fsyncs: the hot path stays free of disk waits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from ..protocol.columns import ColumnWriter
+from ..protocol.rundir import RunDir, atomic_write_json
+from ..protocol.states import JobState
+from ..transport.pubsub import Publisher
+from .runlog import RunLog, merge_pages
+
+STATE_EVERY_S = 2.0  # the state file is rewritten at least this often (progress, latest)
+
+
+class Journal:
+    def __init__(self, run_dir: RunDir, pub: Publisher, world_size: int) -> None:
+        self.run_dir = run_dir
+        self.world_size = world_size
+        self._pub = pub
+        self.metrics = RunLog(run_dir.metrics_log)
+        self.columns = ColumnWriter(run_dir.columns_dir)  # for fast opening
+        self.events = RunLog(run_dir.events_log)
+        self.seq = max(self.metrics.last_seq, self.events.last_seq)
+        self.state = JobState.STARTING
+        self.status: dict[str, Any] = {"step": 0, "epoch": 0, "hparams": {}, "specs": {}}
+        self.latest: dict[str, Any] = {}  # the newest training record
+        self.changes: list[dict[str, Any]] = []  # applied changes, saved with checkpoints
+        self._batch: list[dict[str, Any]] = []  # records to publish at the end of this cycle
+        self._fresh: list[dict[str, Any]] = []  # metric records of this cycle, for policies
+        self._last_state_write = 0.0
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def metric(self, record: dict[str, Any]) -> None:
+        # Tensors were detached on the training thread; reading them here keeps any device
+        # sync off the training loop.
+        rec: dict[str, Any] = {"seq": self._next_seq()}
+        for k, v in record.items():
+            rec[k] = v if isinstance(v, int | float | str | bool) or v is None else float(v)
+        self.metrics.append(rec)
+        self.columns.add(rec)
+        self._batch.append(rec)
+        self._fresh.append(rec)
+        if rec.get("eval"):
+            return  # an evaluation: not the latest training step
+        self.latest = rec
+        self.status["step"] = int(record.get("step", 0)) + 1
+        self.status["epoch"] = rec.get("epoch", 0)
+
+    def event(self, event: dict[str, Any]) -> None:
+        rec = {"seq": self._next_seq(), "time": time.time(), **event}
+        self.events.append(rec)
+        if event.get("kind") == "change" and event.get("status") == "applied":
+            self.changes.append(rec)
+        # Events are rare and a client may read the log right after its ack: flush now
+        # (a write, not an fsync). Per-step metrics stay buffered for the cycle's flush.
+        self.events.flush()
+        self._batch.append(rec)
+
+    def take_fresh(self) -> list[dict[str, Any]]:
+        fresh, self._fresh = self._fresh, []
+        return fresh
+
+    def set_state(self, state: JobState, step: int, source: str) -> bool:
+        """Record a new state (an event and the state file); False if it is not new."""
+        if state == self.state:
+            return False
+        self.state = state
+        self.event({"kind": "state", "state": state.value, "step": step, "source": source})
+        self.write_state()
+        return True
+
+    def write_state(self, error: dict[str, Any] | None = None) -> None:
+        self._last_state_write = time.monotonic()
+        atomic_write_json(self.run_dir.state_file, {
+            "job_id": self.run_dir.job_id, "state": self.state.value, "pid": os.getpid(),
+            "world_size": self.world_size, "updated": time.time(), "error": error,
+            "latest": self.latest, **self.status,
+        })
+
+    def page(self, since: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
+        return merge_pages([self.metrics, self.events], since, limit)
+
+    def end_cycle(self) -> None:
+        """Write what this cycle logged, then publish it."""
+        self.metrics.flush()
+        self.events.flush()
+        self.columns.flush()  # after the log it indexes
+        self.publish()
+        if time.monotonic() - self._last_state_write > STATE_EVERY_S:
+            self.write_state()
+
+    def publish(self) -> None:
+        if self._batch:
+            self._pub.publish(self._batch)
+            self._batch = []
+
+    def close(self, state: JobState, error: dict[str, Any] | None) -> None:
+        self.metrics.flush()  # every step is on disk before the state says the job ended
+        self.columns.flush()
+        self.set_state(state, self.status.get("step", 0), "job")
+        self.write_state(error)
+        self.publish()
+        self.metrics.close()
+        self.columns.close()
+        self.events.close()
