@@ -7,6 +7,7 @@ closing the notebook does not kill the job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -16,9 +17,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..protocol.errors import ConfigError, InvalidHParam
+from ..protocol.errors import ConfigError, InvalidHParam, InvalidState
 from ..protocol.hparams import _kind_of
-from ..protocol.rundir import RunDir, atomic_write_json, find_run_dir, iter_run_dirs, read_json
+from ..protocol.rundir import (
+    RunDir,
+    atomic_write_json,
+    find_run_dir,
+    iter_run_dirs,
+    read_checkpoint_index,
+    read_json,
+)
 from .job import Job
 
 FUNCTION_FILE = "function.pkl"  # in the run directory: a cell's train(run), pickled
@@ -37,17 +45,19 @@ def _write_function(run_dir: RunDir, fn: Callable[..., Any], init: Mapping[str, 
                           f"pickling it failed ({type(exc).__name__}: {exc}); define what it "
                           "uses inside the function, or use a script") from exc
     path = run_dir.path / FUNCTION_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    tmp = path.with_name(f".{FUNCTION_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(payload)
+    os.replace(tmp, path)  # a resumed job may bring a new version of the function
     return FUNCTION_FILE
 
 
 def launch(
-    script: str | os.PathLike[str] | Callable[..., Any],
-    nproc: int = 1,
+    script: str | os.PathLike[str] | Callable[..., Any] | None = None,
+    nproc: int | None = None,
     hparams: Mapping[str, Any] | None = None,
-    args: Sequence[str] = (),
+    args: Sequence[str] | None = None,
     *,
     backend: str | None = None,
     env: Mapping[str, str] | None = None,
@@ -55,45 +65,116 @@ def launch(
     home: str | os.PathLike[str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     init: Mapping[str, Any] | None = None,
+    resume: str | os.PathLike[str] | None = None,
 ) -> Job:
-    """Start ``script`` under torchrun with ``nproc`` ranks, detached; returns its Job.
+    """Start ``script`` under torchrun with ``nproc`` ranks (default 1), detached; its Job.
 
     ``script`` is a path, or a function ``train(run)`` (say, defined in a notebook cell):
     every rank then calls ``hpi.init(hparams=hparams, **init)`` and the function with the
     Run, then finishes the run. ``hparams`` override a script's defaults (validated by the
     job at start-up); ``backend`` forces gloo or nccl (default: nccl with GPUs, else gloo).
+
+    ``resume`` (a job id, ``"latest"``, a run directory or a checkpoint file) continues an
+    ended job from its newest checkpoint (or that file): same run directory, logs and id,
+    steps counted on, the saved hyper-parameters in force and ``hparams`` on top of them.
+    The script, args and nproc default to the job's own.
     """
+    root = Path(home).expanduser() if home is not None else None
+    if resume is not None:
+        if job_id is not None:
+            raise ConfigError("a resumed job keeps its id: give resume= or job_id=, not both")
+        run_dir, checkpoint = _resume_target(resume, root)
+        old = read_json(run_dir.job_file) or {}
+        script = script if script is not None else old.get("script")
+        if script is None:
+            raise ConfigError(f"job {run_dir.job_id} records no script: pass it again")
+    elif script is None:
+        raise ConfigError("launch what? give a script path or a function")
     fn = script if callable(script) else None
+    function_file = None
     if fn is None:
         if init:
             raise ConfigError("init= is for launching a function; a script calls hpi.init "
                               "itself")
         path = Path(script).expanduser().resolve()  # type: ignore[arg-type]
-        if not path.is_file():
+        if resume is not None and old.get("function") and str(script) == old.get("script"):
+            label, workdir = str(script), cwd or old.get("cwd") or os.getcwd()
+            function_file = old["function"]  # the cell's function, pickled the first time
+        elif not path.is_file():
             raise FileNotFoundError(f"no training script at {path}")
-        label, workdir = str(path), cwd or path.parent
+        else:
+            label, workdir = str(path), cwd or path.parent
     else:
         label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
         workdir = cwd or os.getcwd()  # where the notebook runs: its relative paths work
-    if int(nproc) < 1:
-        raise ConfigError(f"nproc must be at least 1, got {nproc}")
+    overrides = _checked_overrides(hparams)
+    if resume is None:
+        run_dir = RunDir.create(job_id, root)
+        old, extra = {}, {}
+    else:
+        extra = {"created": old.get("created"), "resumes": int(old.get("resumes", 0)) + 1,
+                 "resume": {"checkpoint": str(checkpoint), "at": time.time()}}
+    n = int(nproc if nproc is not None else old.get("nproc", 1))
+    if n < 1:
+        raise ConfigError(f"nproc must be at least 1, got {n}")
+    spec: dict[str, Any] = {
+        "job_id": run_dir.job_id, "script": label,
+        "args": [str(a) for a in (args if args is not None else old.get("args", []))],
+        "nproc": n, "hparams": overrides, "backend": backend or old.get("backend"),
+        "created": time.time(), "hostname": socket.gethostname(), "python": sys.executable,
+        **{k: v for k, v in extra.items() if v is not None},
+    }
+    if fn is not None:
+        spec["function"] = _write_function(run_dir, fn, init or {})
+    elif function_file is not None:
+        spec["function"] = function_file
+    if "function" in spec:
+        spec["cwd"] = str(Path(workdir).resolve())
+    return _start(run_dir, spec, env, root, spec["backend"], workdir)
+
+
+def _checked_overrides(hparams: Mapping[str, Any] | None) -> dict[str, Any]:
     overrides = dict(hparams or {})
     for name, value in overrides.items():
         try:
             _kind_of(value)
         except InvalidHParam as exc:
             raise InvalidHParam(f"hparams[{name!r}]: {exc}", field=name) from None
-    root = Path(home).expanduser() if home is not None else None
-    run_dir = RunDir.create(job_id, root)
-    spec: dict[str, Any] = {
-        "job_id": run_dir.job_id, "script": label, "args": [str(a) for a in args],
-        "nproc": int(nproc), "hparams": overrides, "backend": backend,
-        "created": time.time(), "hostname": socket.gethostname(), "python": sys.executable,
-    }
-    if fn is not None:
-        spec["function"] = _write_function(run_dir, fn, init or {})
-        spec["cwd"] = str(Path(workdir).resolve())
+    return overrides
+
+
+def _resume_target(what: str | os.PathLike[str], root: Path | None) -> tuple[RunDir, Path]:
+    """The run directory and checkpoint file ``resume=`` names; the job must have ended."""
+    p = Path(what).expanduser()
+    checkpoint: Path | None
+    if p.is_file():  # a checkpoint file: checkpoints/step-<n>.pt inside a run directory
+        run_dir, checkpoint = RunDir(p.resolve().parent.parent), p.resolve()
+        if not run_dir.job_file.exists():
+            raise ConfigError(f"{p} is not in a job's checkpoints/ directory")
+    else:
+        run_dir, checkpoint = find_run_dir(str(what), root), None
+    state = Job(run_dir).state
+    if not state.terminal:
+        raise InvalidState(f"job {run_dir.job_id} is {state.value}: stop it (and wait for "
+                           "it to end) before resuming it")
+    if checkpoint is None:
+        index = read_checkpoint_index(run_dir.checkpoints_dir)
+        if not index:
+            raise ConfigError(f"job {run_dir.job_id} has no checkpoint to resume from "
+                              "(job.checkpoint(), or set checkpoint_every)")
+        checkpoint = run_dir.checkpoints_dir / index[-1]["file"]
+    return run_dir, checkpoint
+
+
+def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,
+           root: Path | None, backend: str | None, workdir: Any) -> Job:
+    """Write the spec and start the supervisor (which runs torchrun) in its own session."""
     atomic_write_json(run_dir.job_file, spec)
+    if "resume" in spec:  # the ended job's state and address are not this run's
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(run_dir.connection)
+        atomic_write_json(run_dir.state_file, {"job_id": run_dir.job_id, "state": "starting",
+                                               "updated": time.time()})
     child_env = {**os.environ, **(env or {}), "HPINTERACT_RUN_DIR": str(run_dir.path),
                  "PYTHONUNBUFFERED": "1"}
     if root is not None:

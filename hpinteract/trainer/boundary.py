@@ -33,7 +33,7 @@ class Boundary:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.snapshots = Snapshots()
-        self.saved_at = 0  # step of the newest checkpoint (rank 0)
+        self.saved_at = run.step_index  # step of the newest checkpoint (rank 0)
         self.in_flight: dict[str, Command] = {}  # rank 0: this boundary's commands by id
 
     def snapshot(self) -> None:

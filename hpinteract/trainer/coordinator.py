@@ -44,9 +44,12 @@ POLICY_REQUESTS = ("policies", "add_policy", "remove_policy", "enable_policy")
 class Coordinator:
     def __init__(
         self, run_dir: RunDir, *, validate: Validate, world_size: int, ip: str = "127.0.0.1",
-        policies: list[Any] | None = None,
+        policies: list[Any] | None = None, resumed: dict[str, Any] | None = None,
     ) -> None:
+        """``resumed`` is the checkpoint a resumed job continues from: its change history
+        goes on in later checkpoints, and init's policies get their saved state back."""
         self.run_dir = run_dir
+        self._history = list((resumed or {}).get("changes") or [])
         self._validate = validate
         self._ip = ip
         self.world_size = world_size
@@ -65,7 +68,7 @@ class Coordinator:
                                 self._server.reply(identity, msg, reply))
         self.policies = JobPolicies(world_size, validate=validate, submit=self._enqueue,
                                     record=self._record_event)
-        self.policies.add_initial(policies or [])
+        self.policies.add_initial(policies or [], (resumed or {}).get("policies") or [])
         self.info: ConnectionInfo | None = None
         self.journal: Journal  # the logs, opened by the coordinator thread
         self._writer: CheckpointWriter | None = None  # started by the first checkpoint
@@ -107,6 +110,7 @@ class Coordinator:
             self._server = ControlServer(ctx, key.encode(), self._ip)
             self._pub = Publisher(ctx, key.encode(), self._ip)
             self.journal = Journal(self.run_dir, self._pub, self.world_size)
+            self.journal.changes = self._history
             self.info = ConnectionInfo(
                 job_id=self.run_dir.job_id, ip=self._ip, control_port=self._server.port,
                 pub_port=self._pub.port, key=key, pid=os.getpid(),

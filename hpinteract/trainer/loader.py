@@ -103,6 +103,10 @@ class HpLoader:
         self.position = 0  # samples of the current epoch's permutation already taken
         self.epoch = -1  # the epoch whose permutation is in use
         self._run_epoch = -1
+        start = run._loader_start(self.size)
+        if start is not None:  # a resumed job: its first loader continues mid-epoch
+            self.epoch, self.position = start
+            self._run_epoch = run.epoch = start[0]
 
     def __len__(self) -> int:
         """Steps left in this epoch at the current batch size (a full epoch if none started)."""

@@ -10,7 +10,7 @@ name with JSON parameters from a client: no code travels over the wire.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..policies import REGISTRY, create
@@ -34,12 +34,19 @@ class JobPolicies:
         self._guarding: set[str] = set()  # policies whose snapshots the ranks were asked for
         self._queued: list[tuple[Policy, int]] = []  # given to init: started on first status
 
-    def add_initial(self, policies: list[Any]) -> None:
+    def add_initial(self, policies: list[Any],
+                    saved: Sequence[dict[str, Any]] = ()) -> None:
+        """Init's policies, started with the job's first status; ``saved`` are the states
+        a checkpoint holds (a resumed job), given back to the policies of the same name."""
+        states = {s.get("name"): s.get("state") for s in saved if isinstance(s, dict)}
         for item in policies:
             policy, every = item if isinstance(item, tuple) else (item, 1)
             if not isinstance(policy, Policy):
                 raise InvalidCommand(f"hpi.init(policies=...) takes Policy objects, got "
                                      f"{type(policy).__name__}")
+            state = states.get(policy.policy_name)
+            if state:
+                policy.load_state_dict(state)
             self._queued.append((policy, every))
 
     # ---- what the coordinator sees ------------------------------------------------------------

@@ -28,6 +28,7 @@ from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor, RankTimes
 from .record import step_record, user_metrics
+from .resume import Resume, load_resume, restore, rewind_logs
 from .store import HParamStore
 from .sync import StepSync
 
@@ -63,8 +64,11 @@ def init(
     first = sync.exchange([{"op": "init", "run_dir": str(run_dir.path)}] if run_dir else None)
     run_dir = RunDir(first[0]["run_dir"])
     job = read_json(run_dir.job_file) or {}
+    resume = load_resume(job)
+    if resume is not None and topo.rank == 0:
+        rewind_logs(run_dir, resume)  # before the coordinator opens them
     return Run(topo, group, sync, run_dir, dict(hparams or {}), dict(specs or {}),
-               job.get("hparams") or {}, ip, list(policies or []))
+               job.get("hparams") or {}, ip, list(policies or []), resume)
 
 
 class Run:
@@ -74,7 +78,7 @@ class Run:
     def __init__(
         self, topo: Topology, group: Any, sync: StepSync, run_dir: RunDir,
         hparams: dict[str, Any], specs: dict[str, HParam], overrides: dict[str, Any], ip: str,
-        policies: list[Any],
+        policies: list[Any], resume: Resume | None = None,
     ) -> None:
         self.topology = topo
         self.rank, self.world_size, self.device = topo.rank, topo.world_size, topo.device
@@ -86,8 +90,15 @@ class Run:
                 raise InvalidHParam(
                     f"launch override {name!r} is not a hyper-parameter of this script "
                     f"(declared: {', '.join(sorted(declared)) or 'none'})", field=name)
-        self._explicit = declared | set(overrides)
-        self.store = HParamStore(build_specs({**hparams, **overrides}, specs))
+        # Resumed: the checkpoint's effective values replace the script's defaults, and this
+        # launch's overrides go on top (a name the script no longer declares is dropped).
+        carried = {n: v for n, v in (resume.hparams if resume else {}).items()
+                   if n in declared or n in BUILTINS}
+        self._explicit = declared | set(overrides) | set(carried)
+        self._carried = set(carried)
+        self._resume = resume
+        self._resume_data = resume  # taken by the first loader
+        self.store = HParamStore(build_specs({**hparams, **carried, **overrides}, specs))
         implied = MONITORS + (("lr_scaling",) if "batch_size" in self.store.specs else ())
         for name in implied:
             if name not in self.store.specs:
@@ -101,6 +112,10 @@ class Run:
         self.store.add_effect(self._replan)
         self.epoch = 0
         self.step_index = 0  # index of the next optimizer step
+        if resume is not None:  # steps are counted on from the checkpoint
+            self.step_index, self.store.last_changed = resume.step, dict(
+                resume.state.get("last_changed") or {})
+            self.epoch = resume.epoch_and_position()[0]
         self.total_epochs: int | None = None
         self.should_stop = False
         self.paused = False
@@ -115,13 +130,15 @@ class Run:
         self._rank_metrics: dict[str, Any] = {}  # rank 0: the last gather, for the next record
         self._boundary = Boundary(self)
         self._finished = False
+        self._running = False  # rank 0: RUNNING recorded
         self._last_t = time.perf_counter()
         self._batch_t = self._last_t
         self._rank_log: IO[str] = open(run_dir.rank_log(self.rank), "a", buffering=1)  # noqa: SIM115
         self._coord: Coordinator | None = None
         if self.rank == 0:
             self._coord = Coordinator(run_dir, validate=self.store.validate,
-                                      world_size=self.world_size, ip=ip, policies=policies)
+                                      world_size=self.world_size, ip=ip, policies=policies,
+                                      resumed=resume.state if resume else None)
             self._coord.start()
             self._post_status()
         self._prev_hook = sys.excepthook
@@ -138,13 +155,18 @@ class Run:
         binding = OptimizerBinding(optimizer, scheduler)
         supported = binding.supported()
         for name in OPTIMIZER_HPARAMS:
-            if name in self._explicit and name not in supported:
+            if name in self._explicit - self._carried and name not in supported:
                 raise ConfigError(f"{type(optimizer).__name__} has no {name!r} to bind")
         current = binding.read()
         for name in supported:
             if name not in self.store.specs:
                 self.store.declare(name, BUILTINS[name].with_default(current[name], name))
         binding.apply({n: self.store.view[n] for n in supported if n in self._explicit})
+        if self._resume is not None:
+            restore(self._resume, model, optimizer, scheduler, self.rank)
+            # After the saved states, whose param groups hold the lr of back then: the
+            # effective values win, so a resumed job never falls back to an old lr.
+            binding.apply({n: self.store.view[n] for n in supported})
         self.store.add_effect(binding.apply)
         self._binding, self.model, self.optimizer = binding, model, optimizer
         self._gns = GNSMonitor(model, [p for p in model.parameters() if p.requires_grad],
@@ -159,6 +181,11 @@ class Run:
             raise ConfigError("declare batch_size (the global batch) in hpi.init(hparams=...)")
         self._loader = HpLoader(self, dataset, **options)
         return self._loader
+
+    def _loader_start(self, size: int) -> tuple[int, int] | None:
+        """For the first loader of a resumed job: the epoch and position it continues at."""
+        resume, self._resume_data = self._resume_data, None
+        return resume.epoch_and_position(size) if resume is not None else None
 
     def epochs(self, n: int) -> Iterator[int]:
         """Epoch indices 0..n-1; ends early, on every rank at once, when the job is stopped."""
@@ -241,8 +268,9 @@ class Run:
                 self._rank_metrics = {}
             self._coord.post("metric", rec, wake=False)
             self._sync.observe_step(dt)
-            if self.step_index == 0:
-                self._coord.post("state", JobState.RUNNING, 0, "job")
+            if not self._running:  # this run's first step (a resumed job's is not step 0)
+                self._running = True
+                self._coord.post("state", JobState.RUNNING, self.step_index, "job")
         self.step_index += 1
         if self._gns is not None:
             self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)

@@ -1,0 +1,142 @@
+"""Resuming a job from one of its checkpoints: what every rank loads, and the logs made to
+continue from the checkpoint's step.
+
+Runs in: every rank's training thread, inside ``hpi.init`` (``load_resume``) and
+``Run.watch`` (``restore``); rank 0 alone, before its coordinator opens the logs
+(``rewind_logs``). The launcher (``hpi.launch(resume=...)``) names the checkpoint in the
+job's spec; the job continues in the same run directory with its steps counted on.
+
+Order matters where users of other tools get hurt: the model, optimizer and scheduler
+states are loaded first, and the effective hyper-parameters (the checkpoint's, then any new
+launch overrides) are pushed into the optimizer after that, so a resumed job never falls
+back to the learning rate that was in the optimizer's saved state or in the script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..protocol.columns import ColumnWriter
+from ..protocol.rundir import RunDir
+from .checkpoint import load, unwrap
+
+SUPERSEDED = "metrics.superseded.jsonl"  # steps run after the checkpoint, set aside
+
+
+@dataclass
+class Resume:
+    path: Path
+    state: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return dict(self.state.get("hparams") or {})
+
+    def epoch_and_position(self, size: int | None = None) -> tuple[int, int]:
+        """Where the data continues. A checkpoint taken as an epoch ran out is the start
+        of the next one, so the epoch is not run a second time."""
+        where = self.state.get("loader") or {}
+        epoch = int(where.get("epoch", self.state.get("epoch", 0)))
+        position = int(where.get("position", 0))
+        if size is not None and position >= size:
+            return epoch + 1, 0
+        return epoch, position
+
+
+def load_resume(spec: dict[str, Any]) -> Resume | None:
+    """The checkpoint the launcher asked this job to continue from, if any."""
+    what = spec.get("resume")
+    if not what:
+        return None
+    path = Path(what["checkpoint"])
+    return Resume(path, load(path))
+
+
+def restore(resume: Resume, model: Any, optimizer: Any, scheduler: Any, rank: int) -> None:
+    """Load the saved states into the script's objects (every rank: under DDP they all hold
+    the same parameters and optimizer state)."""
+    s = resume.state
+    unwrap(model).load_state_dict(s["model"])
+    if optimizer is not None and s.get("optimizer") is not None:
+        optimizer.load_state_dict(s["optimizer"])
+    if scheduler is not None and s.get("scheduler") is not None:
+        scheduler.load_state_dict(s["scheduler"])
+    rng = s.get("rng") or {}
+    if rank == 0 and rng:  # the generators are rank 0's: the other ranks keep their own
+        torch.set_rng_state(rng["torch"])
+        version, internal, gauss = rng["python"]
+        random.setstate((version, tuple(internal), gauss))
+        n = rng["numpy"]
+        np.random.set_state((n["bit_generator"], n["key"].numpy().astype(np.uint32), n["pos"],
+                             n["has_gauss"], n["gauss"]))
+
+
+def rewind_logs(run_dir: RunDir, resume: Resume) -> dict[str, Any]:
+    """Make the metrics log end before the checkpoint's step (rank 0, before the
+    coordinator starts), and record the resume as an event.
+
+    Steps that ran after the checkpoint are run again: their old records are moved to
+    ``metrics.superseded.jsonl`` (kept, never deleted), so the log has each step once.
+    The log is rewritten to a temporary file and renamed into place; the columnar copy is
+    rebuilt from it. Sequence numbers go on from the highest ever written, so a client that
+    saw the old records still sees every new one.
+    """
+    step = resume.step
+    kept: list[bytes] = []
+    dropped: list[bytes] = []
+    top_seq, last_step = 0, -1
+    try:
+        with open(run_dir.metrics_log, "rb") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        lines = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a torn last line of a job that was killed
+        top_seq = max(top_seq, int(rec.get("seq", 0)))
+        s = int(rec.get("step", -1))
+        last_step = max(last_step, s)
+        (kept if s < step else dropped).append(line)
+    if dropped:
+        with open(run_dir.path / SUPERSEDED, "ab") as f:
+            f.write(b"".join(line + b"\n" for line in dropped))
+    tmp = run_dir.metrics_log.with_name(f".{run_dir.metrics_log.name}.resume.tmp")
+    with open(tmp, "wb") as f:
+        f.write(b"".join(line + b"\n" for line in kept))
+    os.replace(tmp, run_dir.metrics_log)
+    shutil.rmtree(run_dir.columns_dir, ignore_errors=True)
+    columns = ColumnWriter(run_dir.columns_dir)
+    for line in kept:
+        columns.add(json.loads(line))
+    columns.close()
+    try:
+        with open(run_dir.events_log, "rb") as f:
+            for line in f:
+                try:
+                    top_seq = max(top_seq, int(json.loads(line).get("seq", 0)))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        pass
+    event = {"seq": top_seq + 1, "time": time.time(), "kind": "resume", "step": step,
+             "checkpoint": str(resume.path), "steps_lost": max(0, last_step + 1 - step),
+             "source": "launch"}
+    with open(run_dir.events_log, "a") as f:
+        f.write(json.dumps(event) + "\n")
+    return event
