@@ -28,10 +28,12 @@ class Stream(torch.utils.data.IterableDataset):
         return iter(range(3))
 
 
-def fake_run(rank, world, batch):
+def fake_run(rank, world, batch, start=None):
+    """What HpLoader uses of a Run; ``start`` is a resumed job's (epoch, position)."""
     store = HParamStore(build_specs({"batch_size": batch}))
     return SimpleNamespace(rank=rank, world_size=world, epoch=0, should_stop=False,
-                           store=store, hp=store.view, _batch_started=lambda where=None: None)
+                           store=store, hp=store.view, _batch_started=lambda where=None: None,
+                           _loader_start=lambda size: start)
 
 
 def epoch_of(loader, run, change_at=None, new_batch=None):
@@ -100,3 +102,13 @@ def test_dataloader_options_pass_through_and_conflicts_are_explained():
         HpLoader(run, Indexed(8), batch_size=4)
     with pytest.raises(ConfigError, match="map-style"):
         HpLoader(run, Stream())
+
+
+def test_a_resumed_loader_continues_mid_epoch_with_the_same_samples():
+    whole = [fake_run(r, 2, 8) for r in (0, 1)]
+    full = [epoch_of(HpLoader(run, Indexed(64), seed=3), run) for run in whole]
+    resumed = [fake_run(r, 2, 8, start=(0, 24)) for r in (0, 1)]
+    rest = [epoch_of(HpLoader(run, Indexed(64), seed=3), run) for run in resumed]
+    for r in (0, 1):  # 24 samples = 3 steps of 8 were done: the rest is the same
+        assert rest[r] == full[r][3:]
+    assert resumed[0].epoch == 0
