@@ -152,7 +152,8 @@ def report_end(job: Job, state: JobState, out: TextIO) -> int:
 def cmd_run(a: Namespace) -> int:
     hparams = parse_assignments(a.set)
     try:
-        job = launch(a.script, a.nproc, hparams, a.script_args, backend=a.backend)
+        job = launch(a.script, a.nproc, hparams, a.script_args, backend=a.backend,
+                     max_restarts=a.max_restarts)
     except (FileNotFoundError, ValueError) as exc:  # no such script, nproc < 1, bad value
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -250,6 +251,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--set", "-s", action="extend", nargs="+", default=[], metavar="K=V",
                    help="hyper-parameter overrides")
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="restart the workers from the newest checkpoint when a rank dies")
     p.add_argument("--watch", "-w", action="store_true", help="then follow it, like watch")
     add("jobs", cmd_jobs, "list jobs: id, state, step, nproc, script", False)
     add("set", cmd_set, "change hyper-parameters on every rank at one step").add_argument(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from ..protocol.connection import ConnectionInfo
+from ..protocol.connection import ConnectionInfo, connection_stamp
 from ..protocol.errors import HpiTimeout, InvalidState, JobFailed
 from ..protocol.hparams import HParam
 from ..protocol.messages import new_id
@@ -70,7 +70,7 @@ class Job:
         self.id = run_dir.job_id
         self._proc = process
         self._client: ControlClient | None = None
-        self._info: ConnectionInfo | None = None
+        self._stamp: tuple[int, int] | None = None  # the connection file _client came from
         # ZeroMQ sockets are not thread-safe: one request at a time on the shared client
         # (a widget callback and a policy thread may both use the Job); stream() has its own.
         self._lock = threading.Lock()
@@ -146,11 +146,23 @@ class Job:
 
     # ---- control ---------------------------------------------------------------------------
     def _connect(self, timeout: float = 120.0) -> ControlClient:
-        if self._client is None:  # called under self._lock
-            self._client = self._new_client(timeout)
+        if self._client is not None and self._moved():  # called under self._lock
+            self._client.close()  # torchrun restarted the job: its coordinator is new
+            self._client = None
+        if self._client is None:
+            self._client, _, self._stamp = self._open(timeout)
         return self._client
 
+    def _moved(self) -> bool:
+        """Whether the job wrote another connection file since the shared client's."""
+        return connection_stamp(self.run_dir.connection) not in (self._stamp, None)
+
     def _new_client(self, timeout: float) -> ControlClient:
+        return self._open(timeout)[0]
+
+    def _open(self, timeout: float
+              ) -> tuple[ControlClient, ConnectionInfo, tuple[int, int] | None]:
+        """A client of the job's coordinator, its connection info and which file that was."""
         deadline = time.monotonic() + timeout
         while not self.run_dir.connection.exists():
             state = self.state
@@ -159,9 +171,10 @@ class Job:
             if time.monotonic() > deadline:
                 raise HpiTimeout(f"job {self.id} did not open its control port in {timeout}s")
             time.sleep(0.05)
-        self._info = ConnectionInfo.read(self.run_dir.connection)
-        return ControlClient(zmq.Context.instance(), self._info.control_url,
-                             self._info.key_bytes)
+        stamp = connection_stamp(self.run_dir.connection)
+        info = ConnectionInfo.read(self.run_dir.connection)
+        return ControlClient(zmq.Context.instance(), info.control_url, info.key_bytes), \
+            info, stamp
 
     def _raise_ended(self, state: JobState) -> None:
         if state == JobState.FAILED:
@@ -183,6 +196,9 @@ class Job:
             state = self.state
             if state.terminal:
                 self._raise_ended(state)
+            if self._moved():  # asked the coordinator of a restarted job's last attempt
+                with self._lock:
+                    return self._connect().request(type_, content)
             raise
 
     def _command_request(self, type_: str, content: dict[str, Any]) -> dict[str, Any]:

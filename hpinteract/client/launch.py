@@ -66,6 +66,7 @@ def launch(
     cwd: str | os.PathLike[str] | None = None,
     init: Mapping[str, Any] | None = None,
     resume: str | os.PathLike[str] | None = None,
+    max_restarts: int | None = None,
 ) -> Job:
     """Start ``script`` under torchrun with ``nproc`` ranks (default 1), detached; its Job.
 
@@ -78,6 +79,11 @@ def launch(
     ended job from its newest checkpoint (or that file): same run directory, logs and id,
     steps counted on, the saved hyper-parameters in force and ``hparams`` on top of them.
     The script, args and nproc default to the job's own.
+
+    ``max_restarts`` (default 0; a resumed job's own): when a rank dies, torchrun restarts
+    the workers up to this many times; they continue from the newest checkpoint (set
+    ``checkpoint_every``) with the hyper-parameters and change history in force then, and
+    the events log records the restart, its cause and the steps lost.
     """
     root = Path(home).expanduser() if home is not None else None
     if resume is not None:
@@ -117,11 +123,15 @@ def launch(
     n = int(nproc if nproc is not None else old.get("nproc", 1))
     if n < 1:
         raise ConfigError(f"nproc must be at least 1, got {n}")
+    restarts = int(max_restarts if max_restarts is not None else old.get("max_restarts", 0))
+    if restarts < 0:
+        raise ConfigError(f"max_restarts must be 0 or more, got {restarts}")
     spec: dict[str, Any] = {
         "job_id": run_dir.job_id, "script": label,
         "args": [str(a) for a in (args if args is not None else old.get("args", []))],
         "nproc": n, "hparams": overrides, "backend": backend or old.get("backend"),
         "created": time.time(), "hostname": socket.gethostname(), "python": sys.executable,
+        "max_restarts": restarts,
         **{k: v for k, v in extra.items() if v is not None},
     }
     if fn is not None:

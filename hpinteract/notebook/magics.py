@@ -73,6 +73,8 @@ class HpMagics(Magics):
     @argument("--set", nargs="+", default=[], metavar="K=V",
               help="hyper-parameter values to start with")
     @argument("--backend", choices=("gloo", "nccl"), default=None)
+    @argument("--max-restarts", type=int, default=0, metavar="N",
+              help="restart the workers from the newest checkpoint when a rank dies")
     def _launch(self, rest: str) -> Job:
         """%hp launch SCRIPT_OR_FUNCTION [--nproc N] [--set k=v ...] [-- script args]"""
         own, sep, script_args = rest.partition(" -- ")
@@ -89,7 +91,8 @@ class HpMagics(Magics):
             raise UsageError(f"%hp launch: {target!r} is neither a file nor a function "
                              "defined in this notebook")
         self.job = launch(target, nproc=args.nproc, hparams=hparams, backend=args.backend,
-                          args=shlex.split(script_args) if sep else ())
+                          args=shlex.split(script_args) if sep else (),
+                          max_restarts=args.max_restarts)
         return self.job
 
     @magic_arguments(name="%hp attach")

@@ -19,6 +19,16 @@ from .messages import PROTOCOL_VERSION
 from .rundir import atomic_write_json, read_json
 
 
+def connection_stamp(path: Path) -> tuple[int, int] | None:
+    """Which connection file this is (written anew, atomically, by every coordinator: a
+    restarted job's has other ports and another key); None when there is none."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def new_key() -> str:
     return secrets.token_hex(32)
 

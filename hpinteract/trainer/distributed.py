@@ -40,6 +40,18 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() > 0 else "gloo"
 
 
+def attempt_store(store: Any) -> Any:
+    """The rendezvous store seen through this torchrun attempt's own key prefix.
+
+    torchrun's agent keeps one TCP store across worker restarts, and gloo finds its peers
+    by keys such as ``0/rank_1``: a restarted rank could read the address a dead worker of
+    the previous attempt wrote there and fail with "connection refused". Every group made
+    from the default one inherits the prefix, the control group included.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or "0"
+    return dist.PrefixStore(f"hpinteract/attempt_{attempt}", store)
+
+
 def ensure_process_group(backend: str | None = None) -> Topology:
     created = False
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -48,7 +60,9 @@ def ensure_process_group(backend: str | None = None) -> Topology:
         if chosen == "nccl":
             torch.cuda.set_device(local_rank)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            dist.init_process_group(chosen)
+            store, rank, world_size = next(dist.rendezvous("env://"))
+            dist.init_process_group(chosen, store=attempt_store(store), rank=rank,
+                                    world_size=world_size)
         else:  # plain `python train.py`: a job of one rank
             dist.init_process_group(
                 chosen, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1

@@ -1,5 +1,5 @@
-"""Resuming a job from one of its checkpoints: what every rank loads, and the logs made to
-continue from the checkpoint's step.
+"""Resuming a job from one of its checkpoints (asked for, or after torchrun restarted its
+workers): what every rank loads, and the logs made to continue from the checkpoint's step.
 
 Runs in: every rank's training thread, inside ``hpi.init`` (``load_resume``) and
 ``Run.watch`` (``restore``); rank 0 alone, before its coordinator opens the logs
@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from ..protocol.columns import ColumnWriter
-from ..protocol.rundir import RunDir
+from ..protocol.rundir import RunDir, read_checkpoint_index
 from .checkpoint import load, unwrap
+from .restart import attempt, previous_failure
 
 SUPERSEDED = "metrics.superseded.jsonl"  # steps run after the checkpoint, set aside
 
@@ -57,8 +58,16 @@ class Resume:
         return epoch, position
 
 
-def load_resume(spec: dict[str, Any]) -> Resume | None:
-    """The checkpoint the launcher asked this job to continue from, if any."""
+def load_resume(run_dir: RunDir, spec: dict[str, Any]) -> Resume | None:
+    """The checkpoint this run continues from: after an automatic restart the job's newest
+    one (the index is written atomically, so every rank reads the same); otherwise the one
+    the launcher named (``hpi.launch(resume=...)``), if any."""
+    if attempt() > 0:
+        index = read_checkpoint_index(run_dir.checkpoints_dir)
+        if index:
+            path = run_dir.checkpoints_dir / index[-1]["file"]
+            return Resume(path, load(path))
+        return None  # no checkpoint yet: the restarted job starts over
     what = spec.get("resume")
     if not what:
         return None
@@ -85,7 +94,7 @@ def restore(resume: Resume, model: Any, optimizer: Any, scheduler: Any, rank: in
                              n["has_gauss"], n["gauss"]))
 
 
-def rewind_logs(run_dir: RunDir, resume: Resume) -> dict[str, Any]:
+def rewind_logs(run_dir: RunDir, resume: Resume | None) -> dict[str, Any]:
     """Make the metrics log end before the checkpoint's step (rank 0, before the
     coordinator starts), and record the resume as an event.
 
@@ -95,7 +104,7 @@ def rewind_logs(run_dir: RunDir, resume: Resume) -> dict[str, Any]:
     rebuilt from it. Sequence numbers go on from the highest ever written, so a client that
     saw the old records still sees every new one.
     """
-    step = resume.step
+    step = resume.step if resume is not None else 0
     kept: list[bytes] = []
     dropped: list[bytes] = []
     top_seq, last_step = 0, -1
@@ -134,9 +143,14 @@ def rewind_logs(run_dir: RunDir, resume: Resume) -> dict[str, Any]:
                     continue
     except FileNotFoundError:
         pass
-    event = {"seq": top_seq + 1, "time": time.time(), "kind": "resume", "step": step,
-             "checkpoint": str(resume.path), "steps_lost": max(0, last_step + 1 - step),
-             "source": "launch"}
+    restarts = attempt()
+    event = {"seq": top_seq + 1, "time": time.time(),
+             "kind": "restart" if restarts else "resume", "step": step,
+             "checkpoint": str(resume.path) if resume is not None else None,
+             "steps_lost": max(0, last_step + 1 - step),
+             "source": "torchrun" if restarts else "launch"}
+    if restarts:  # which restart, and why: the last attempt's error files
+        event.update(restart=restarts, **previous_failure(run_dir, restarts - 1))
     with open(run_dir.events_log, "a") as f:
         f.write(json.dumps(event) + "\n")
     return event

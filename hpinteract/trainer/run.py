@@ -28,6 +28,7 @@ from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor, RankTimes
 from .record import step_record, user_metrics
+from .restart import attempt, restarts_left
 from .resume import Resume, load_resume, restore, rewind_logs
 from .store import HParamStore
 from .sync import StepSync
@@ -64,8 +65,8 @@ def init(
     first = sync.exchange([{"op": "init", "run_dir": str(run_dir.path)}] if run_dir else None)
     run_dir = RunDir(first[0]["run_dir"])
     job = read_json(run_dir.job_file) or {}
-    resume = load_resume(job)
-    if resume is not None and topo.rank == 0:
+    resume = load_resume(run_dir, job)
+    if topo.rank == 0 and (resume is not None or attempt() > 0):
         rewind_logs(run_dir, resume)  # before the coordinator opens them
     return Run(topo, group, sync, run_dir, dict(hparams or {}), dict(specs or {}),
                job.get("hparams") or {}, ip, list(policies or []), resume)
@@ -326,6 +327,7 @@ class Run:
             "epochs": self.total_epochs,
             "watched": self._binding is not None,
             "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
+            "restarts": attempt(),
         })
 
     # ---- the end ---------------------------------------------------------------------------
@@ -355,6 +357,14 @@ class Run:
     def _excepthook(self, etype: Any, value: Any, tb: Any) -> None:
         error = {"rank": self.rank, "type": etype.__name__, "message": str(value),
                  "traceback": "".join(traceback.format_exception(etype, value, tb))}
-        self._finish(JobState.FAILED, error, together=False)
+        state = JobState.FAILED
+        if restarts_left() > 0 and self._coord is not None:
+            # torchrun restarts the workers, which resume from the newest checkpoint: not
+            # the job's end, so not a terminal state that would end clients' waits.
+            state = JobState.STARTING
+            self._coord.post("event", {"kind": "attempt_failed", "step": self.step_index,
+                                       "error": error["message"], "attempt": attempt(),
+                                       "restarts_left": restarts_left(), "source": "job"})
+        self._finish(state, error, together=False)
         self._prev_hook(etype, value, tb)
 

@@ -9,7 +9,6 @@ state: the coordinator on rank 0 cannot, when rank 0 is the one that died.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from torch.distributed.run import run as torchrun
 
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
+from .restart import is_peer_loss
 from .runlog import RunLog, last_seq
 
 
@@ -43,12 +43,6 @@ def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
     return [*argv, "-m", "hpinteract.trainer.bootstrap"]
 
 
-# What a rank raises when a peer vanished under a collective: a consequence, not a cause.
-_PEER_LOSS = re.compile(
-    r"Connection closed by peer|Connection reset by peer|ECONNRESET|Broken pipe|"
-    r"NCCL communicator was aborted|DistNetworkError", re.IGNORECASE)
-
-
 def root_cause(failures: Mapping[int, Any]) -> tuple[int, Any]:
     """The rank that failed first for its own reasons.
 
@@ -56,7 +50,7 @@ def root_cause(failures: Mapping[int, Any]) -> tuple[int, Any]:
     communication error within milliseconds, sometimes before the agent notices the death,
     and would then be named as the cause. Such failures lose to any other.
     """
-    own = {r: f for r, f in failures.items() if not _PEER_LOSS.search(str(f.message))}
+    own = {r: f for r, f in failures.items() if not is_peer_loss(f.message)}
     rank = min(own or failures, key=lambda r: (own or failures)[r].timestamp)
     return rank, failures[rank]
 

@@ -6,6 +6,11 @@ A late joiner subscribes first, then pages the history in over the control chann
 drops live records that are not newer than what the history gave it; a gap in the live
 sequence (a slow subscriber's dropped messages) is filled from the history too, so the
 consumer sees every record exactly once, in order.
+
+Sequence numbers have lasting holes where a resumed or restarted job set aside the steps
+run after its checkpoint (``metrics.superseded.jsonl``); a hole is waited on only while it
+may still be a record not yet written, and skipped once the log is known to be complete
+past it.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from .control import bind_random_port
 log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
-# history(since, limit) -> (records with seq > since in order, more pages waiting)
-FetchHistory = Callable[[int], tuple[list[Record], bool]]
+# history(since) -> (records with seq > since in order, more pages waiting, durable):
+# every seq up to ``durable`` that the history lacks never will be (0: not known).
+FetchHistory = Callable[[int], tuple[list[Record], bool, int]]
 
 
 class Publisher:
@@ -85,17 +91,20 @@ class CatchUp:
         self._fetch = fetch
         self.last_seq = since
 
-    def _backfill(self) -> Iterator[Record]:
+    def _backfill(self, durable: int = 0) -> Iterator[Record]:
+        """History after ``last_seq``; ``durable``: as FetchHistory's, known otherwise."""
         more = True
         while more:
-            records, more = self._fetch(self.last_seq)
+            records, more, known = self._fetch(self.last_seq)
+            complete = max(durable, known)
             progressed = False
             for rec in records:
-                if rec["seq"] != self.last_seq + 1:
-                    if rec["seq"] <= self.last_seq:
-                        continue
+                seq = int(rec["seq"])
+                if seq <= self.last_seq:
+                    continue
+                if seq != self.last_seq + 1 and seq > complete:
                     return  # a hole (a line not yet flushed): live records will fill it
-                self.last_seq = rec["seq"]
+                self.last_seq = seq
                 progressed = True
                 yield rec
             if not progressed:
@@ -113,7 +122,9 @@ class CatchUp:
                 if seq <= self.last_seq:
                     continue  # already delivered by the history
                 if seq > self.last_seq + 1:
-                    yield from self._backfill()  # missed some: the log has them
+                    # Missed some: the log has them. The job writes both logs before it
+                    # publishes, so whatever older record the log lacks now never comes.
+                    yield from self._backfill(durable=seq - 1)
                     if seq <= self.last_seq:
                         continue
                 self.last_seq = seq

@@ -23,6 +23,8 @@ p.add_argument("--n", type=int, default=256)
 p.add_argument("--crash-rank", type=int, default=-1)
 p.add_argument("--crash-step", type=int, default=-1)
 p.add_argument("--kill", action="store_true", help="die by SIGKILL instead of raising")
+p.add_argument("--crash-always", action="store_true",
+               help="crash on every torchrun attempt, not only the first")
 a = p.parse_args()
 
 run = hpi.init(
@@ -56,7 +58,9 @@ trace = []
 for epoch in run.epochs(a.epochs):
     for idx, x, y in loader:
         step = run.step_index
-        if run.rank == a.crash_rank and step == a.crash_step:
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if run.rank == a.crash_rank and step == a.crash_step and (first_attempt
+                                                                   or a.crash_always):
             if a.kill:
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"boom on purpose at step {step}")

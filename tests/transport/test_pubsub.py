@@ -17,7 +17,7 @@ def test_history_then_live_without_duplicates_or_gaps():
 
     def fetch(since):
         page = [r for r in log if r["seq"] > since][:20]  # paged, as the coordinator does
-        return page, bool(page) and page[-1]["seq"] < log[-1]["seq"]
+        return page, bool(page) and page[-1]["seq"] < log[-1]["seq"], 0
 
     time.sleep(0.3)  # let the subscription reach the publisher
     for i in range(40, 56):  # overlaps the history (40..50) and goes beyond it
@@ -29,6 +29,36 @@ def test_history_then_live_without_duplicates_or_gaps():
         pub.publish([{"seq": i, "step": i}])
     got = [r["seq"] for r in CatchUp(sub, fetch)(timeout_s=0.5)]
     assert got == list(range(1, 56))
+    sub.close()
+    pub.close()
+
+
+def test_lasting_holes_are_skipped_once_the_log_is_known_complete_past_them():
+    """A resumed job's log lacks the seqs of the steps it set aside; nothing after such a
+    hole may be lost, and a hole the log may still fill (not yet flushed) is waited on."""
+    ctx = zmq.Context.instance()
+    pub = Publisher(ctx, KEY)
+    sub = Subscriber(ctx, f"tcp://127.0.0.1:{pub.port}", KEY)
+    log = [{"seq": i} for i in (*range(1, 11), *range(16, 21))]  # 11..15 set aside
+    durable = {"to": 0}
+
+    def fetch(since):
+        return [r for r in log if r["seq"] > since], False, durable["to"]
+
+    time.sleep(0.3)
+    catch = CatchUp(sub, fetch)
+    assert [r["seq"] for r in catch(timeout_s=0.2)] == list(range(1, 11))  # may be unflushed
+    durable["to"] = 20  # the coordinator's answer: its log is complete up to its head
+    assert [r["seq"] for r in catch(timeout_s=0.2)] == list(range(16, 21))
+
+    # Without that knowledge, a live record beyond the hole proves it: the job writes the
+    # logs before publishing, so the history's records between hole and live one all come.
+    durable["to"] = 0
+    catch = CatchUp(sub, fetch)
+    assert [r["seq"] for r in catch(timeout_s=0.2)] == list(range(1, 11))
+    log.append({"seq": 21})
+    pub.publish([{"seq": 21}])
+    assert [r["seq"] for r in catch(timeout_s=0.5)] == list(range(16, 22))
     sub.close()
     pub.close()
 
