@@ -32,8 +32,8 @@ __version__ = "0.1.0"
 
 
 def init(*args: Any, **kwargs: Any) -> Run:
-    """Start hpinteract in a training script (every rank); see ``hpinteract.trainer.run``."""
-    from .trainer.run import init as _init
+    """Start hpinteract in a training script (every rank); see ``hpinteract.trainer.start``."""
+    from .trainer.start import init as _init
 
     return _init(*args, **kwargs)
 

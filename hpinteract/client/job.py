@@ -12,30 +12,24 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import zmq
-
-from ..protocol.connection import ConnectionInfo, connection_stamp
-from ..protocol.errors import HpiTimeout, InvalidState, JobFailed
+from ..protocol.connection import ConnectionInfo
+from ..protocol.errors import HpiTimeout
 from ..protocol.hparams import HParam
-from ..protocol.messages import new_id
 from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from ..protocol.states import JobState
-from ..transport.control import ControlClient, result_of
+from ..transport.control import ControlClient
 from . import history
+from .channel import Channel, Stamp
 from .policies import ClientPolicies
 from .stream import stream_records
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# Commands are answered once applied at a step boundary; a slow step delays that, so they
-# wait longer than queries. Retries carry the same request id: the job never acts twice.
-COMMAND_TIMEOUT_S, COMMAND_RETRIES = 10.0, 11
 
 
 @dataclass(frozen=True)
@@ -69,11 +63,7 @@ class Job:
         self.run_dir = run_dir
         self.id = run_dir.job_id
         self._proc = process
-        self._client: ControlClient | None = None
-        self._stamp: tuple[int, int] | None = None  # the connection file _client came from
-        # ZeroMQ sockets are not thread-safe: one request at a time on the shared client
-        # (a widget callback and a policy thread may both use the Job); stream() has its own.
-        self._lock = threading.Lock()
+        self._channel = Channel(self)  # to the coordinator; stream() opens its own
         self._local: ClientPolicies | None = None  # this process's policies of the job
 
     def __repr__(self) -> str:
@@ -145,84 +135,12 @@ class Job:
             time.sleep(0.05)
 
     # ---- control ---------------------------------------------------------------------------
-    def _connect(self, timeout: float = 120.0) -> ControlClient:
-        if self._client is not None and self._moved():  # called under self._lock
-            self._client.close()  # torchrun restarted the job: its coordinator is new
-            self._client = None
-        if self._client is None:
-            self._client, _, self._stamp = self._open(timeout)
-        return self._client
-
-    def _moved(self) -> bool:
-        """Whether the job wrote another connection file since the shared client's."""
-        return connection_stamp(self.run_dir.connection) not in (self._stamp, None)
-
-    def _new_client(self, timeout: float) -> ControlClient:
-        return self._open(timeout)[0]
-
-    def _open(self, timeout: float
-              ) -> tuple[ControlClient, ConnectionInfo, tuple[int, int] | None]:
-        """A client of the job's coordinator, its connection info and which file that was."""
-        deadline = time.monotonic() + timeout
-        while not self.run_dir.connection.exists():
-            state = self.state
-            if state.terminal:
-                self._raise_ended(state)
-            if time.monotonic() > deadline:
-                raise HpiTimeout(f"job {self.id} did not open its control port in {timeout}s")
-            time.sleep(0.05)
-        stamp = connection_stamp(self.run_dir.connection)
-        info = ConnectionInfo.read(self.run_dir.connection)
-        return ControlClient(zmq.Context.instance(), info.control_url, info.key_bytes), \
-            info, stamp
-
-    def _raise_ended(self, state: JobState) -> None:
-        if state == JobState.FAILED:
-            raise JobFailed(f"job {self.id} failed: {self.error}",
-                            rank=self.error.rank if self.error else None)
-        raise InvalidState(f"job {self.id} is {state.value}")
-
     def _request(self, type_: str, content: dict[str, Any] | None = None,
                  command: bool = False) -> dict[str, Any]:
-        state = self.state
-        if state.terminal:
-            self._raise_ended(state)
-        try:
-            if command:
-                return self._command_request(type_, content or {})
-            with self._lock:
-                return self._connect().request(type_, content)
-        except HpiTimeout:
-            state = self.state
-            if state.terminal:
-                self._raise_ended(state)
-            if self._moved():  # asked the coordinator of a restarted job's last attempt
-                with self._lock:
-                    return self._connect().request(type_, content)
-            raise
+        return self._channel.request(type_, content, command)
 
-    def _command_request(self, type_: str, content: dict[str, Any]) -> dict[str, Any]:
-        """A command waits for a step boundary, so it gets a socket of its own (queries from
-        other threads are not held up), and one that times out is withdrawn: a command that
-        raised on the client never applies later."""
-        client = self._new_client(timeout=120.0)
-        req_id = new_id()
-        try:
-            try:
-                return client.request(type_, content, timeout_s=COMMAND_TIMEOUT_S,
-                                      retries=COMMAND_RETRIES, req_id=req_id)
-            except HpiTimeout:
-                r = client.request("cancel", {"req_id": req_id}, timeout_s=5.0, retries=1)
-                if r.get("reply"):  # it applied just as we gave up
-                    return result_of(r["reply"])
-                if r.get("in_flight"):  # taken for this very boundary: the answer is coming
-                    return client.request(type_, content, timeout_s=COMMAND_TIMEOUT_S,
-                                          retries=1, req_id=req_id)
-                raise HpiTimeout(f"job {self.id} reached no step boundary in "
-                                 f"{COMMAND_TIMEOUT_S * (COMMAND_RETRIES + 1):.0f}s; the "
-                                 f"{type_} was withdrawn and not applied") from None
-        finally:
-            client.close()
+    def _open(self, timeout: float) -> tuple[ControlClient, ConnectionInfo, Stamp]:
+        return self._channel.open(timeout)
 
     def set(self, values: dict[str, Any] | None = None, /, *, source: str = "api",
             reason: str | None = None, **kwargs: Any) -> Ack:
@@ -261,6 +179,23 @@ class Job:
         """The job's checkpoints, oldest first: step, file, whether periodic, time."""
         return [{**e, "path": str(self.run_dir.checkpoints_dir / e["file"])}
                 for e in read_checkpoint_index(self.run_dir.checkpoints_dir)]
+
+    def fork(self, step: int, hparams: Mapping[str, Any] | None = None,
+             **options: Any) -> Job:
+        """A new job from this one's checkpoint at or before ``step``, with ``hparams`` on
+        top of the values in force there ("what if I had lowered lr here?"). It counts
+        steps on from the checkpoint's, so plots overlay the two (``hpi.compare``); its
+        spec's ``parent`` names this job and the step. ``options``: nproc, job_id,
+        max_restarts, env. This job may go on running meanwhile."""
+        from .launch import fork  # launch imports this module
+
+        return fork(self, step, hparams, **options)
+
+    @property
+    def parent(self) -> dict[str, Any] | None:
+        """For a fork: ``{"job_id", "step", "asked"}`` of the job it came from."""
+        p = self.spec.get("parent")
+        return dict(p) if isinstance(p, dict) else None
 
     def status(self) -> dict[str, Any]:
         """Live status (state, step, epoch, hparams, specs, latest metrics), or the last one
@@ -385,9 +320,7 @@ class Job:
         return self._local
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._channel.close()
 
 
 def _pid_alive(pid: int) -> bool:

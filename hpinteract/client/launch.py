@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -17,19 +18,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..protocol.errors import ConfigError, InvalidHParam, InvalidState
+from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import _kind_of
 from ..protocol.rundir import (
     RunDir,
     atomic_write_json,
     find_run_dir,
     iter_run_dirs,
-    read_checkpoint_index,
     read_json,
 )
 from .job import Job
-
-FUNCTION_FILE = "function.pkl"  # in the run directory: a cell's train(run), pickled
+from .lineage import FUNCTION_FILE, copy_into, fork_point, replay_plan, resume_target
 
 
 def _write_function(run_dir: RunDir, fn: Callable[..., Any], init: Mapping[str, Any]) -> str:
@@ -66,6 +65,7 @@ def launch(
     cwd: str | os.PathLike[str] | None = None,
     init: Mapping[str, Any] | None = None,
     resume: str | os.PathLike[str] | None = None,
+    replay: str | os.PathLike[str] | Job | None = None,
     max_restarts: int | None = None,
 ) -> Job:
     """Start ``script`` under torchrun with ``nproc`` ranks (default 1), detached; its Job.
@@ -78,24 +78,85 @@ def launch(
     ``resume`` (a job id, ``"latest"``, a run directory or a checkpoint file) continues an
     ended job from its newest checkpoint (or that file): same run directory, logs and id,
     steps counted on, the saved hyper-parameters in force and ``hparams`` on top of them.
-    The script, args and nproc default to the job's own.
 
-    ``max_restarts`` (default 0; a resumed job's own): when a rank dies, torchrun restarts
-    the workers up to this many times; they continue from the newest checkpoint (set
-    ``checkpoint_every``) with the hyper-parameters and change history in force then, and
-    the events log records the restart, its cause and the steps lost.
+    ``replay`` (a job or its id) runs that job's script again as a new job with the same
+    launch values, applies its recorded changes at the steps where they took effect and
+    stops it where it was stopped: with fixed seeds on CPU, the same loss at every step.
+    Its in-job policies are not started (their decisions are replayed).
+
+    With either, the script, args, nproc, backend and max_restarts default to the job's.
+    ``max_restarts`` (default 0): when a rank dies, torchrun restarts the workers up to
+    this many times; they continue from the newest checkpoint (set ``checkpoint_every``)
+    with the hyper-parameters and change history in force then, and the events log records
+    the restart, its cause and the steps lost.
     """
     root = Path(home).expanduser() if home is not None else None
+    old: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    overrides = _checked_overrides(hparams)
+    source = None
+    if resume is not None and replay is not None:
+        raise ConfigError("resume= continues a job, replay= starts a new one: not both")
     if resume is not None:
         if job_id is not None:
             raise ConfigError("a resumed job keeps its id: give resume= or job_id=, not both")
-        run_dir, checkpoint = _resume_target(resume, root)
+        run_dir, checkpoint = resume_target(resume, root)
         old = read_json(run_dir.job_file) or {}
-        script = script if script is not None else old.get("script")
-        if script is None:
-            raise ConfigError(f"job {run_dir.job_id} records no script: pass it again")
-    elif script is None:
-        raise ConfigError("launch what? give a script path or a function")
+        extra = {"created": old.get("created"), "resumes": int(old.get("resumes", 0)) + 1,
+                 "resume": {"checkpoint": str(checkpoint), "at": time.time()}}
+    elif replay is not None:
+        source = replay.run_dir if isinstance(replay, Job) else find_run_dir(str(replay), root)
+        old = read_json(source.job_file) or {}
+        overrides = {**old.get("hparams", {}), **overrides}  # its launch values, then these
+        extra = {"replay": replay_plan(source)}
+        run_dir = RunDir.create(job_id, root)
+    else:
+        run_dir = RunDir.create(job_id, root)
+    try:
+        return _launch_spec(run_dir, old, extra, script, nproc, overrides, args, backend,
+                            env, root, cwd, init, max_restarts, source)
+    except BaseException:
+        if resume is None:  # nothing started: leave no empty job behind
+            shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise
+
+
+def fork(parent: Job, step: int, hparams: Mapping[str, Any] | None = None, *,
+         nproc: int | None = None, job_id: str | None = None,
+         max_restarts: int | None = None, env: Mapping[str, str] | None = None) -> Job:
+    """A new job from ``parent``'s checkpoint at or before ``step``, with ``hparams`` on top
+    of the values in force there (see ``Job.fork``)."""
+    overrides = _checked_overrides(hparams)
+    entry = fork_point(parent.run_dir, step)
+    root = parent.run_dir.path.parent.parent  # a sibling of the parent's run directory
+    run_dir = RunDir.create(job_id, root)
+    try:
+        # A copy of its own: the parent may drop its periodic checkpoints meanwhile.
+        checkpoint = copy_into(parent.run_dir.checkpoints_dir / entry["file"], run_dir,
+                               f"forked-{entry['file']}")
+        extra = {"resume": {"checkpoint": str(checkpoint), "at": time.time()},
+                 "parent": {"job_id": parent.id, "step": int(entry["step"]), "asked": step}}
+        return _launch_spec(run_dir, parent.spec, extra, None, nproc, overrides, None, None,
+                            env, root, None, None, max_restarts, parent.run_dir)
+    except BaseException:  # nothing started: leave no empty job behind
+        shutil.rmtree(run_dir.path, ignore_errors=True)
+        raise
+
+
+def _launch_spec(
+    run_dir: RunDir, old: dict[str, Any], extra: dict[str, Any],
+    script: str | os.PathLike[str] | Callable[..., Any] | None, nproc: int | None,
+    overrides: dict[str, Any], args: Sequence[str] | None, backend: str | None,
+    env: Mapping[str, str] | None, root: Path | None, cwd: str | os.PathLike[str] | None,
+    init: Mapping[str, Any] | None, max_restarts: int | None, source: RunDir | None,
+) -> Job:
+    """The new job's spec written into ``run_dir``, and the job started. ``old``: the spec
+    of the job it comes from, whose values are the defaults; ``source``: the run directory
+    whose pickled function a replay or a fork runs again."""
+    script = script if script is not None else old.get("script")
+    if script is None:
+        raise ConfigError(f"job {old['job_id']} records no script: pass it again" if old
+                          else "launch what? give a script path or a function")
     fn = script if callable(script) else None
     function_file = None
     if fn is None:
@@ -103,9 +164,11 @@ def launch(
             raise ConfigError("init= is for launching a function; a script calls hpi.init "
                               "itself")
         path = Path(script).expanduser().resolve()  # type: ignore[arg-type]
-        if resume is not None and old.get("function") and str(script) == old.get("script"):
+        if old.get("function") and str(script) == old.get("script"):
             label, workdir = str(script), cwd or old.get("cwd") or os.getcwd()
             function_file = old["function"]  # the cell's function, pickled the first time
+            if source is not None:
+                copy_into(source.path / function_file, run_dir, function_file)
         elif not path.is_file():
             raise FileNotFoundError(f"no training script at {path}")
         else:
@@ -113,13 +176,6 @@ def launch(
     else:
         label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
         workdir = cwd or os.getcwd()  # where the notebook runs: its relative paths work
-    overrides = _checked_overrides(hparams)
-    if resume is None:
-        run_dir = RunDir.create(job_id, root)
-        old, extra = {}, {}
-    else:
-        extra = {"created": old.get("created"), "resumes": int(old.get("resumes", 0)) + 1,
-                 "resume": {"checkpoint": str(checkpoint), "at": time.time()}}
     n = int(nproc if nproc is not None else old.get("nproc", 1))
     if n < 1:
         raise ConfigError(f"nproc must be at least 1, got {n}")
@@ -151,29 +207,6 @@ def _checked_overrides(hparams: Mapping[str, Any] | None) -> dict[str, Any]:
         except InvalidHParam as exc:
             raise InvalidHParam(f"hparams[{name!r}]: {exc}", field=name) from None
     return overrides
-
-
-def _resume_target(what: str | os.PathLike[str], root: Path | None) -> tuple[RunDir, Path]:
-    """The run directory and checkpoint file ``resume=`` names; the job must have ended."""
-    p = Path(what).expanduser()
-    checkpoint: Path | None
-    if p.is_file():  # a checkpoint file: checkpoints/step-<n>.pt inside a run directory
-        run_dir, checkpoint = RunDir(p.resolve().parent.parent), p.resolve()
-        if not run_dir.job_file.exists():
-            raise ConfigError(f"{p} is not in a job's checkpoints/ directory")
-    else:
-        run_dir, checkpoint = find_run_dir(str(what), root), None
-    state = Job(run_dir).state
-    if not state.terminal:
-        raise InvalidState(f"job {run_dir.job_id} is {state.value}: stop it (and wait for "
-                           "it to end) before resuming it")
-    if checkpoint is None:
-        index = read_checkpoint_index(run_dir.checkpoints_dir)
-        if not index:
-            raise ConfigError(f"job {run_dir.job_id} has no checkpoint to resume from "
-                              "(job.checkpoint(), or set checkpoint_every)")
-        checkpoint = run_dir.checkpoints_dir / index[-1]["file"]
-    return run_dir, checkpoint
 
 
 def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,

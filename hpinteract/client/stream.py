@@ -60,7 +60,8 @@ class _Follow:
             client, info, stamp = job._open(timeout=5.0)
         except (InvalidState, JobFailed, HpiTimeout, FileNotFoundError):
             return
-        sub = Subscriber(zmq.Context.instance(), info.pub_url, info.key_bytes)
+        sub = Subscriber(zmq.Context.instance(), info.pub_url, info.key_bytes,
+                         info.server_key)
 
         def fetch(after: int) -> tuple[list[dict[str, Any]], bool, int]:
             if job.state.terminal:  # its logs are complete

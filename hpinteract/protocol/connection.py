@@ -45,6 +45,7 @@ class ConnectionInfo:
     transport: str = "tcp"
     signature_scheme: str = "hmac-sha256"
     version: str = PROTOCOL_VERSION
+    curve_server_key: str = ""  # the job's CURVE public key (Z85); empty: no CURVE
 
     @property
     def control_url(self) -> str:
@@ -57,6 +58,10 @@ class ConnectionInfo:
     @property
     def key_bytes(self) -> bytes:
         return self.key.encode()
+
+    @property
+    def server_key(self) -> bytes | None:
+        return self.curve_server_key.encode() if self.curve_server_key else None
 
     def write(self, path: Path) -> None:
         atomic_write_json(path, asdict(self), mode=0o600)
@@ -80,6 +85,7 @@ class ConnectionInfo:
                 transport=str(data.get("transport", "tcp")),
                 signature_scheme=str(data.get("signature_scheme", "hmac-sha256")),
                 version=str(data.get("version", PROTOCOL_VERSION)),
+                curve_server_key=str(data.get("curve_server_key", "")),
             )
         except (KeyError, ValueError, TypeError) as exc:
             raise ProtocolError(f"malformed connection file {path}: {exc}") from None

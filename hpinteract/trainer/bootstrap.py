@@ -49,7 +49,7 @@ def run_function(run_dir: RunDir, job: dict[str, Any]) -> None:
                          "user; refusing to load it")
     payload = cloudpickle.loads(path.read_bytes())
     sys.path.insert(0, str(job.get("cwd") or os.getcwd()))  # the notebook's own modules
-    from ..trainer.run import init
+    from ..trainer.start import init
 
     run = init(hparams=job.get("hparams") or {}, **payload.get("init", {}))
     payload["fn"](run)

@@ -63,6 +63,17 @@ class Boundary:
             for command in todo:
                 self.checkpoint(command)
 
+    def replay(self, cmds: list[dict[str, Any]]) -> None:
+        """Apply another job's recorded changes (every rank, the same list at the same
+        step: see replay.py); rank 0 has them logged as changes of source ``replay:...``."""
+        for wire in cmds:
+            if self.run._coord is not None:
+                of = wire.pop("of", None)
+                self.in_flight[wire["id"]] = Command(
+                    wire["op"], wire["id"], wire["source"], wire["values"], tracked=False,
+                    reason=f"replay of change {of}" if of else "replay of the stop")
+            self.apply(wire)
+
     def checkpoint(self, cmd: Command) -> None:
         """Rank 0 copies the state; the coordinator's writer thread puts it on disk."""
         r = self.run

@@ -27,6 +27,7 @@ from ..protocol.messages import Message, new_id
 from ..protocol.rundir import RunDir
 from ..protocol.states import ALLOWED, JobState
 from ..transport.control import ControlServer, Rejected
+from ..transport.curve import ServerKeys, curve_wanted
 from ..transport.pubsub import Publisher
 from .checkpoint import CheckpointWriter, Written
 from .commands import Command, RateLimit, Replies, int_field, note_of, reason_of, source_of
@@ -107,13 +108,15 @@ class Coordinator:
         try:
             ctx: zmq.Context[Any] = zmq.Context.instance()
             key = new_key()
-            self._server = ControlServer(ctx, key.encode(), self._ip)
-            self._pub = Publisher(ctx, key.encode(), self._ip)
+            curve = ServerKeys.new() if curve_wanted(self._ip) else None
+            self._server = ControlServer(ctx, key.encode(), self._ip, curve)
+            self._pub = Publisher(ctx, key.encode(), self._ip, curve)
             self.journal = Journal(self.run_dir, self._pub, self.world_size)
             self.journal.changes = self._history
             self.info = ConnectionInfo(
                 job_id=self.run_dir.job_id, ip=self._ip, control_port=self._server.port,
                 pub_port=self._pub.port, key=key, pid=os.getpid(),
+                curve_server_key=curve.public.decode() if curve else "",
             )
             self.info.write(self.run_dir.connection)
         except BaseException as exc:  # reported to the training thread by start()
@@ -204,6 +207,10 @@ class Coordinator:
         else:
             reply["state"] = cmd.op
         self.policies.on_applied(cmd, step)
+        if cmd.req_id is not None:
+            # The change is in the events log (the kernel's copy: a kill -9 of the job keeps
+            # it) before anyone is told it applied. Commands are rare: this costs nothing.
+            self.journal.events.flush()
         self._replies.finish(cmd.req_id, reply)
 
     def _on_checkpoint(self, cmd: Command, state: dict[str, Any]) -> None:

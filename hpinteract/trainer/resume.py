@@ -67,7 +67,8 @@ def load_resume(run_dir: RunDir, spec: dict[str, Any]) -> Resume | None:
         if index:
             path = run_dir.checkpoints_dir / index[-1]["file"]
             return Resume(path, load(path))
-        return None  # no checkpoint yet: the restarted job starts over
+        # None of its own yet: where this job started from (a resume's or a fork's), or
+        # the beginning.
     what = spec.get("resume")
     if not what:
         return None
@@ -94,7 +95,8 @@ def restore(resume: Resume, model: Any, optimizer: Any, scheduler: Any, rank: in
                              n["has_gauss"], n["gauss"]))
 
 
-def rewind_logs(run_dir: RunDir, resume: Resume | None) -> dict[str, Any]:
+def rewind_logs(run_dir: RunDir, resume: Resume | None,
+                spec: dict[str, Any]) -> dict[str, Any]:
     """Make the metrics log end before the checkpoint's step (rank 0, before the
     coordinator starts), and record the resume as an event.
 
@@ -151,6 +153,9 @@ def rewind_logs(run_dir: RunDir, resume: Resume | None) -> dict[str, Any]:
              "source": "torchrun" if restarts else "launch"}
     if restarts:  # which restart, and why: the last attempt's error files
         event.update(restart=restarts, **previous_failure(run_dir, restarts - 1))
+    elif spec.get("parent") and not spec.get("resumes"):  # a fork's first start
+        event.update(kind="fork", source="fork", parent=spec["parent"]["job_id"],
+                     asked=spec["parent"].get("asked"))
     with open(run_dir.events_log, "a") as f:
         f.write(json.dumps(event) + "\n")
     return event

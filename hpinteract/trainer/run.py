@@ -1,4 +1,5 @@
-"""``hpi.init`` and ``Run``: the training script's handle on hpinteract.
+"""``Run``: the training script's handle on hpinteract (``hpi.init``, in start.py,
+makes it).
 
 Runs in: every rank's training thread. Rank 0 also starts the coordinator thread. The hot
 path is ``Run.step``: on rank 0 it puts one dict on a queue; on every rank it decrements a
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import sys
 import time
 import traceback
@@ -18,58 +18,23 @@ from typing import IO, Any
 
 from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
-from ..protocol.rundir import RunDir, read_json
+from ..protocol.rundir import RunDir
 from ..protocol.states import JobState
 from .batching import batch_constraint, plan_of
 from .boundary import Boundary
 from .coordinator import Coordinator
-from .distributed import Topology, control_group, ensure_process_group, leave_together
+from .distributed import Topology, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor, RankTimes
 from .record import step_record, user_metrics
+from .replay import ReplaySchedule
 from .restart import attempt, restarts_left
-from .resume import Resume, load_resume, restore, rewind_logs
+from .resume import Resume, restore
 from .store import HParamStore
 from .sync import StepSync
 
 log = logging.getLogger(__name__)
-
-
-def init(
-    hparams: Mapping[str, Any] | None = None,
-    specs: Mapping[str, HParam] | None = None,
-    *,
-    backend: str | None = None,
-    sync_every: int | None = None,
-    sync_budget: float = 0.01,
-    ip: str = "127.0.0.1",
-    policies: list[Any] | None = None,
-) -> Run:
-    """Join (or create) the process group and start the job's control plane.
-
-    ``hparams`` are the script's defaults; values given to ``hpi.launch(hparams=...)``
-    override them. ``sync_every`` fixes the distance in steps between control sync points
-    (default: chosen so control costs at most ``sync_budget`` of training time).
-    ``policies`` are built-in Policy objects (or ``(policy, every)`` pairs) that rank 0 runs
-    from the start; the other ranks ignore them.
-    """
-    topo = ensure_process_group(backend)
-    group = control_group()
-    sync = StepSync(group, topo.rank, budget=sync_budget, every=sync_every)
-    # The first exchange tells every rank where the run directory is.
-    run_dir = None
-    if topo.rank == 0:
-        env_dir = os.environ.get("HPINTERACT_RUN_DIR")
-        run_dir = RunDir(env_dir) if env_dir else RunDir.create()
-    first = sync.exchange([{"op": "init", "run_dir": str(run_dir.path)}] if run_dir else None)
-    run_dir = RunDir(first[0]["run_dir"])
-    job = read_json(run_dir.job_file) or {}
-    resume = load_resume(run_dir, job)
-    if topo.rank == 0 and (resume is not None or attempt() > 0):
-        rewind_logs(run_dir, resume)  # before the coordinator opens them
-    return Run(topo, group, sync, run_dir, dict(hparams or {}), dict(specs or {}),
-               job.get("hparams") or {}, ip, list(policies or []), resume)
 
 
 class Run:
@@ -80,6 +45,7 @@ class Run:
         self, topo: Topology, group: Any, sync: StepSync, run_dir: RunDir,
         hparams: dict[str, Any], specs: dict[str, HParam], overrides: dict[str, Any], ip: str,
         policies: list[Any], resume: Resume | None = None,
+        replay: ReplaySchedule | None = None,
     ) -> None:
         self.topology = topo
         self.rank, self.world_size, self.device = topo.rank, topo.world_size, topo.device
@@ -130,6 +96,10 @@ class Run:
         self._times = RankTimes(group, self.world_size, self.rank)
         self._rank_metrics: dict[str, Any] = {}  # rank 0: the last gather, for the next record
         self._boundary = Boundary(self)
+        self._replay = replay or ReplaySchedule(None)
+        replaced = [type(p[0] if isinstance(p, tuple) else p).__name__ for p in policies]
+        if self._replay:  # their decisions are in the schedule: running them would act twice
+            policies = []
         self._finished = False
         self._running = False  # rank 0: RUNNING recorded
         self._last_t = time.perf_counter()
@@ -141,6 +111,11 @@ class Run:
                                       world_size=self.world_size, ip=ip, policies=policies,
                                       resumed=resume.state if resume else None)
             self._coord.start()
+            if self._replay:
+                self._coord.post("event", {
+                    "kind": "replay", "of": self._replay.of, "source": "launch",
+                    "step": self.step_index, "changes": self._replay.count,
+                    "policies_not_started": replaced})
             self._post_status()
         self._prev_hook = sys.excepthook
         sys.excepthook = self._excepthook
@@ -275,6 +250,8 @@ class Run:
         self.step_index += 1
         if self._gns is not None:
             self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
+        if self._replay.next_step <= self.step_index:  # where a sync point applied them
+            self._boundary.replay(self._replay.due(self.step_index))
         if self._sync.due():
             self._at_sync_point()
             if self.paused:

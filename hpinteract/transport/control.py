@@ -18,6 +18,7 @@ import zmq
 from ..protocol.codec import MAX_MESSAGE_BYTES, Codec
 from ..protocol.errors import AuthError, HpiError, HpiTimeout, ProtocolError, error_from_wire
 from ..protocol.messages import REPLY, Message, make_message, new_id
+from .curve import ServerKeys, secure_client, secure_server
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +26,8 @@ log = logging.getLogger(__name__)
 def bind_random_port(sock: zmq.Socket[Any], ip: str = "127.0.0.1") -> int:
     """Bind to a free port on ``ip``: loopback unless the job was told otherwise."""
     if not ipaddress.ip_address(ip).is_loopback:
-        # Remote use is explicit (hpi.init(ip=...)), and still worth a warning: messages are
-        # signed, not encrypted; prefer an SSH tunnel to the loopback port.
+        # Remote use is explicit (hpi.init(ip=...)): encrypted with CURVE (see curve.py), and
+        # still worth a line in the log, since the port is reachable from elsewhere.
         log.warning("hpinteract: binding control sockets to non-loopback address %s", ip)
     port: int = sock.bind_to_random_port(f"tcp://{ip}")
     return port
@@ -44,11 +45,13 @@ class Rejected(Exception):
 class ControlServer:
     """The ROUTER end. ``recv`` returns verified requests; rejected ones are reported."""
 
-    def __init__(self, ctx: zmq.Context[Any], key: bytes, ip: str = "127.0.0.1") -> None:
+    def __init__(self, ctx: zmq.Context[Any], key: bytes, ip: str = "127.0.0.1",
+                 curve: ServerKeys | None = None) -> None:
         self.codec = Codec(key)
         self.socket = ctx.socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self.socket.setsockopt(zmq.LINGER, 500)
+        secure_server(self.socket, curve)
         self.port = bind_random_port(self.socket, ip)
         self.session = new_id()
 
@@ -76,9 +79,10 @@ class ControlClient:
 
     def __init__(
         self, ctx: zmq.Context[Any], url: str, key: bytes, *, timeout_s: float = 10.0,
-        retries: int = 3,
+        retries: int = 3, server_key: bytes | None = None,
     ) -> None:
         self._ctx = ctx
+        self._server_key = server_key  # CURVE: the job's public key, when it uses CURVE
         self._url = url
         self.codec = Codec(key)
         self.session = new_id()
@@ -91,6 +95,7 @@ class ControlClient:
             sock = self._ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+            secure_client(sock, self._server_key)
             sock.connect(self._url)
             self._sock = sock
         return self._sock

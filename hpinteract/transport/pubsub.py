@@ -26,6 +26,7 @@ from ..protocol.codec import MAX_MESSAGE_BYTES, Codec
 from ..protocol.errors import HpiError
 from ..protocol.messages import TOPIC_RECORDS, make_message, new_id
 from .control import bind_random_port
+from .curve import ServerKeys, secure_client, secure_server
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,12 @@ FetchHistory = Callable[[int], tuple[list[Record], bool, int]]
 
 
 class Publisher:
-    def __init__(self, ctx: zmq.Context[Any], key: bytes, ip: str = "127.0.0.1") -> None:
+    def __init__(self, ctx: zmq.Context[Any], key: bytes, ip: str = "127.0.0.1",
+                 curve: ServerKeys | None = None) -> None:
         self.codec = Codec(key)
         self.socket = ctx.socket(zmq.PUB)
         self.socket.setsockopt(zmq.LINGER, 200)
+        secure_server(self.socket, curve)
         self.port = bind_random_port(self.socket, ip)
         self.session = new_id()
 
@@ -53,9 +56,11 @@ class Publisher:
 
 
 class Subscriber:
-    def __init__(self, ctx: zmq.Context[Any], url: str, key: bytes) -> None:
+    def __init__(self, ctx: zmq.Context[Any], url: str, key: bytes,
+                 server_key: bytes | None = None) -> None:
         self.codec = Codec(key)
         self.socket = ctx.socket(zmq.SUB)
+        secure_client(self.socket, server_key)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self.socket.setsockopt(zmq.RCVHWM, 100_000)

@@ -19,7 +19,7 @@ import zmq
 from helpers import TOY, trace, wait_for_step
 
 import hpinteract as hpi
-import hpinteract.client.job as job_module
+import hpinteract.client.channel as channel_module
 from hpinteract.protocol.codec import Codec
 from hpinteract.protocol.connection import ConnectionInfo
 from hpinteract.protocol.messages import make_message
@@ -236,8 +236,8 @@ def test_a_change_longer_than_the_control_word_reaches_every_rank(job):
 
 def test_a_command_that_times_out_is_withdrawn_and_never_applies(job, monkeypatch):
     job.set(sleep=3.0)  # slow steps: the next boundary is seconds away
-    monkeypatch.setattr(job_module, "COMMAND_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(job_module, "COMMAND_RETRIES", 0)
+    monkeypatch.setattr(channel_module, "COMMAND_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(channel_module, "COMMAND_RETRIES", 0)
     with pytest.raises(hpi.HpiTimeout, match="withdrawn and not applied"):
         job.set(lr=0.077)
     monkeypatch.undo()

@@ -23,6 +23,7 @@ p.add_argument("--n", type=int, default=256)
 p.add_argument("--crash-rank", type=int, default=-1)
 p.add_argument("--crash-step", type=int, default=-1)
 p.add_argument("--kill", action="store_true", help="die by SIGKILL instead of raising")
+p.add_argument("--seed", type=int, default=None, help="seed torch (the model's start)")
 p.add_argument("--crash-always", action="store_true",
                help="crash on every torchrun attempt, not only the first")
 a = p.parse_args()
@@ -50,6 +51,8 @@ class Data(torch.utils.data.Dataset):
         return i, self.x[i], self.y[i]
 
 
+if a.seed is not None:
+    torch.manual_seed(a.seed)
 model = DDP(nn.Linear(8, 2))
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 run.watch(model, opt)

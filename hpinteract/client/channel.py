@@ -1,0 +1,125 @@
+"""A Job's way to its coordinator: the shared query socket, a socket per command, and
+following a restarted job to its new coordinator.
+
+Runs in: client processes (inside ``Job``). Queries share one client under a lock (ZeroMQ
+sockets are not thread-safe, and a widget callback and a policy thread may both ask);
+commands, which wait for a step boundary, each get their own. A job that torchrun
+restarted writes a new connection file (new ports, new key): the shared client is
+replaced when the file changes, and a query that timed out against the dead coordinator
+is asked again of the new one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import zmq
+
+from ..protocol.connection import ConnectionInfo, connection_stamp
+from ..protocol.errors import HpiTimeout, InvalidState, JobFailed
+from ..protocol.messages import new_id
+from ..protocol.states import JobState
+from ..transport.control import ControlClient, result_of
+
+if TYPE_CHECKING:
+    from .job import Job
+
+# Commands are answered once applied at a step boundary; a slow step delays that, so they
+# wait longer than queries. Retries carry the same request id: the job never acts twice.
+COMMAND_TIMEOUT_S, COMMAND_RETRIES = 10.0, 11
+Stamp = tuple[int, int] | None
+
+
+class Channel:
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self._client: ControlClient | None = None
+        self._stamp: Stamp = None  # the connection file _client came from
+        self._lock = threading.Lock()
+
+    def open(self, timeout: float) -> tuple[ControlClient, ConnectionInfo, Stamp]:
+        """A client of the job's coordinator, its connection info and which file that was."""
+        path = self.job.run_dir.connection
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            state = self.job.state
+            if state.terminal:
+                self.raise_ended(state)
+            if time.monotonic() > deadline:
+                raise HpiTimeout(f"job {self.job.id} did not open its control port in "
+                                 f"{timeout}s")
+            time.sleep(0.05)
+        stamp = connection_stamp(path)
+        info = ConnectionInfo.read(path)
+        client = ControlClient(zmq.Context.instance(), info.control_url, info.key_bytes,
+                               server_key=info.server_key)
+        return client, info, stamp
+
+    def raise_ended(self, state: JobState) -> None:
+        job = self.job
+        if state == JobState.FAILED:
+            raise JobFailed(f"job {job.id} failed: {job.error}",
+                            rank=job.error.rank if job.error else None)
+        raise InvalidState(f"job {job.id} is {state.value}")
+
+    def request(self, type_: str, content: dict[str, Any] | None = None,
+                command: bool = False) -> dict[str, Any]:
+        state = self.job.state
+        if state.terminal:
+            self.raise_ended(state)
+        try:
+            if command:
+                return self._command(type_, content or {})
+            with self._lock:
+                return self._shared().request(type_, content)
+        except HpiTimeout:
+            state = self.job.state
+            if state.terminal:
+                self.raise_ended(state)
+            if self._moved():  # asked the coordinator of a restarted job's last attempt
+                with self._lock:
+                    return self._shared().request(type_, content)
+            raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def _shared(self, timeout: float = 120.0) -> ControlClient:
+        if self._client is not None and self._moved():  # under self._lock
+            self._client.close()  # torchrun restarted the job: its coordinator is new
+            self._client = None
+        if self._client is None:
+            self._client, _, self._stamp = self.open(timeout)
+        return self._client
+
+    def _moved(self) -> bool:
+        """Whether the job wrote another connection file since the shared client's."""
+        return connection_stamp(self.job.run_dir.connection) not in (self._stamp, None)
+
+    def _command(self, type_: str, content: dict[str, Any]) -> dict[str, Any]:
+        """A command gets a socket of its own (queries from other threads are not held up),
+        and one that times out is withdrawn: a command that raised on the client never
+        applies later."""
+        client = self.open(timeout=120.0)[0]
+        req_id = new_id()
+        try:
+            try:
+                return client.request(type_, content, timeout_s=COMMAND_TIMEOUT_S,
+                                      retries=COMMAND_RETRIES, req_id=req_id)
+            except HpiTimeout:
+                r = client.request("cancel", {"req_id": req_id}, timeout_s=5.0, retries=1)
+                if r.get("reply"):  # it applied just as we gave up
+                    return result_of(r["reply"])
+                if r.get("in_flight"):  # taken for this very boundary: the answer is coming
+                    return client.request(type_, content, timeout_s=COMMAND_TIMEOUT_S,
+                                          retries=1, req_id=req_id)
+                raise HpiTimeout(f"job {self.job.id} reached no step boundary in "
+                                 f"{COMMAND_TIMEOUT_S * (COMMAND_RETRIES + 1):.0f}s; the "
+                                 f"{type_} was withdrawn and not applied") from None
+        finally:
+            client.close()

@@ -1,0 +1,100 @@
+"""Where a new job comes from: the job and checkpoint a resume, a fork or a replay uses.
+
+Runs in: client processes, inside ``hpi.launch`` and ``Job.fork``. Nothing here starts a
+process: it reads run directories (the parent's spec, checkpoint index and events log) and
+says what the new job's spec must carry, which the ranks then act on (trainer/resume.py,
+trainer/replay.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..protocol.errors import ConfigError, InvalidState
+from ..protocol.rundir import RunDir, find_run_dir, read_checkpoint_index
+from .history import read_records
+from .job import Job
+
+FUNCTION_FILE = "function.pkl"  # in the run directory: a cell's train(run), pickled
+
+
+def resume_target(what: str | os.PathLike[str], root: Path | None) -> tuple[RunDir, Path]:
+    """The run directory and checkpoint file ``resume=`` names; the job must have ended."""
+    p = Path(what).expanduser()
+    checkpoint: Path | None
+    if p.is_file():  # a checkpoint file: checkpoints/step-<n>.pt inside a run directory
+        run_dir, checkpoint = RunDir(p.resolve().parent.parent), p.resolve()
+        if not run_dir.job_file.exists():
+            raise ConfigError(f"{p} is not in a job's checkpoints/ directory")
+    else:
+        run_dir, checkpoint = find_run_dir(str(what), root), None
+    state = Job(run_dir).state
+    if not state.terminal:
+        raise InvalidState(f"job {run_dir.job_id} is {state.value}: stop it (and wait for "
+                           "it to end) before resuming it")
+    if checkpoint is None:
+        index = read_checkpoint_index(run_dir.checkpoints_dir)
+        if not index:
+            raise ConfigError(f"job {run_dir.job_id} has no checkpoint to resume from "
+                              "(job.checkpoint(), or set checkpoint_every)")
+        checkpoint = run_dir.checkpoints_dir / index[-1]["file"]
+    return run_dir, checkpoint
+
+
+def fork_point(parent: RunDir, step: int) -> dict[str, Any]:
+    """The parent's newest checkpoint at or before ``step`` (its index entry)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ConfigError(f"fork step must be a step number (an int >= 0), got {step!r}")
+    index = read_checkpoint_index(parent.checkpoints_dir)
+    before = [e for e in index if int(e["step"]) <= step]
+    if not before:
+        have = ", ".join(str(e["step"]) for e in index) or "none"
+        raise ConfigError(f"job {parent.job_id} has no checkpoint at or before step {step} "
+                          f"(checkpoints at steps: {have}; job.checkpoint() keeps one, "
+                          "checkpoint_every keeps the newest two)")
+    return before[-1]
+
+
+def copy_into(src: Path, run_dir: RunDir, name: str) -> Path:
+    """A private copy in the new job's directory: the parent may delete its periodic
+    checkpoints (or be removed) while the new job still needs the file."""
+    dest = run_dir.path / name
+    dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.copyfile(src, tmp)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, dest)
+    return dest
+
+
+def replay_plan(run_dir: RunDir) -> dict[str, Any]:
+    """What a replay applies: the job's applied hyper-parameter changes, each at the step
+    where it took effect, in order, and the step where it was stopped (if it was).
+
+    Changes that a resume or restart undid (applied at or after the checkpoint it went back
+    to, before it) are left out, as the job itself no longer had them. Rollbacks are listed
+    apart: they restored a snapshot that a replay does not have.
+    """
+    changes: list[dict[str, Any]] = []
+    rollbacks: set[str] = set()
+    stop_at: int | None = None
+    for ev in read_records(run_dir.events_log):
+        kind = ev.get("kind")
+        if kind in ("resume", "restart"):
+            back = int(ev.get("step", 0))
+            changes = [c for c in changes if c["step"] < back]
+            if stop_at is not None and stop_at >= back:
+                stop_at = None
+        elif kind == "rollback":
+            rollbacks.add(str(ev.get("id")))
+        elif kind == "change" and ev.get("status") == "applied" and ev.get("values"):
+            changes.append({"step": int(ev["applied_at_step"]), "values": ev["values"],
+                            "source": str(ev.get("source", "api")), "id": str(ev["id"])})
+        elif kind == "state" and ev.get("state") == "stopping":
+            stop_at = int(ev.get("step", 0))
+    skipped = [c for c in changes if c["id"] in rollbacks]
+    return {"of": run_dir.job_id, "changes": [c for c in changes if c["id"] not in rollbacks],
+            "stop_at": stop_at, "rollbacks_skipped": [c["step"] for c in skipped]}

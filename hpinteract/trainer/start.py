@@ -1,0 +1,58 @@
+"""``hpi.init``: join the process group, find the run directory and what the launcher
+asked for (a resume, a restart's checkpoint, a replay), and make the script's Run.
+
+Runs in: every rank's training thread, once, at the script's start. Rank 0 rewinds the
+logs of a resumed or restarted job here, before its coordinator opens them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ..protocol.hparams import HParam
+from ..protocol.rundir import RunDir, read_json
+from .distributed import control_group, ensure_process_group
+from .replay import ReplaySchedule
+from .restart import attempt
+from .resume import load_resume, rewind_logs
+from .run import Run
+from .sync import StepSync
+
+
+def init(
+    hparams: Mapping[str, Any] | None = None,
+    specs: Mapping[str, HParam] | None = None,
+    *,
+    backend: str | None = None,
+    sync_every: int | None = None,
+    sync_budget: float = 0.01,
+    ip: str = "127.0.0.1",
+    policies: list[Any] | None = None,
+) -> Run:
+    """Join (or create) the process group and start the job's control plane.
+
+    ``hparams`` are the script's defaults; values given to ``hpi.launch(hparams=...)``
+    override them. ``sync_every`` fixes the distance in steps between control sync points
+    (default: chosen so control costs at most ``sync_budget`` of training time).
+    ``policies`` are built-in Policy objects (or ``(policy, every)`` pairs) that rank 0 runs
+    from the start; the other ranks ignore them.
+    """
+    topo = ensure_process_group(backend)
+    group = control_group()
+    sync = StepSync(group, topo.rank, budget=sync_budget, every=sync_every)
+    # The first exchange tells every rank where the run directory is.
+    run_dir = None
+    if topo.rank == 0:
+        env_dir = os.environ.get("HPINTERACT_RUN_DIR")
+        run_dir = RunDir(env_dir) if env_dir else RunDir.create()
+    first = sync.exchange([{"op": "init", "run_dir": str(run_dir.path)}] if run_dir else None)
+    run_dir = RunDir(first[0]["run_dir"])
+    job = read_json(run_dir.job_file) or {}
+    resume = load_resume(run_dir, job)
+    if topo.rank == 0 and (resume is not None or attempt() > 0):
+        rewind_logs(run_dir, resume, job)  # before the coordinator opens them
+    return Run(topo, group, sync, run_dir, dict(hparams or {}), dict(specs or {}),
+               job.get("hparams") or {}, ip, list(policies or []), resume,
+               ReplaySchedule(job.get("replay")))
