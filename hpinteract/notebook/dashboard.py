@@ -113,6 +113,15 @@ class Dashboard:
                                             f"step {int(step)})", name)
             if self.panel is not None:
                 self.panel.on_change(ev)
+        elif kind in ("resume", "restart", "fork"):
+            step = float(ev.get("step", 0))
+            self.plots.rewind(step)
+            lost = f", {ev['steps_lost']} steps run again" if ev.get("steps_lost") else ""
+            self.plots.add_change(step, f"{kind} from the checkpoint at step {int(step)}"
+                                        f"{lost}", "loss")
+            if kind == "restart" and self.panel is not None:
+                self.panel.report(f"torchrun restarted the workers (restart "
+                                  f"{ev.get('restart')}): {ev.get('error', '')}")
         elif kind == "state" and self.panel is not None:
             self.panel.set_state(str(ev.get("state")))
             if ev.get("error"):

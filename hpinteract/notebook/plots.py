@@ -121,6 +121,7 @@ class LivePlots:
         self.figures: dict[str, _Figure] = {}
         self._sources: dict[str, ColumnDataSource] = {}
         self._pending_changes: list[tuple[float, str, str]] = []
+        self._redraw: set[str] = set()  # lines whose points were taken away (rewind)
         self._zoom: tuple[float | None, float | None] | None = None
         self.layout = column(sizing_mode="stretch_width")
         self._x_range: Any = None
@@ -139,6 +140,12 @@ class LivePlots:
             s = self.series[name] = Series(name)
             self.views[name] = SeriesView(s, self.budget, self.smoothing)
         s.extend(xs, ys)
+
+    def rewind(self, step: float) -> None:
+        """The job went back to ``step`` (resume, restart): later points are redrawn away."""
+        for name, s in self.series.items():
+            if s.keep_before(step):
+                self._redraw.add(name)
 
     def add_change(self, step: float, label: str, name: str) -> None:
         """A marker at ``step`` in the figure of the hyper-parameter ``name`` (if drawn)
@@ -163,6 +170,9 @@ class LivePlots:
                 self._new_line(name)
         if len(self.figures) != before:  # one change of the layout, however many figures
             self.layout.children = [f.fig for f in self.figures.values()]
+        for name in self._redraw & set(self._sources):
+            self._sources[name].data = self.views[name].full()
+        self._redraw.clear()
         for name, view in self.views.items():
             src = self._sources[name]
             upd = view.update()

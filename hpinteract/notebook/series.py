@@ -18,7 +18,8 @@ from ..client.decimate import Array, EmaState, ema, minmax, window
 
 
 class Series:
-    """One metric's points in arrival order (a rollback makes steps repeat: kept as such)."""
+    """One metric's points in arrival order (a rollback makes steps repeat: kept as such;
+    a resume or restart takes the steps it runs again away first)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -47,6 +48,18 @@ class Series:
         self._x[self.n : need] = xs
         self._y[self.n : need] = ys
         self.n = need
+
+    def keep_before(self, step: float) -> bool:
+        """Drop the points at or after ``step`` (a resumed or restarted job runs them
+        again, and its log set them aside); whether any went."""
+        keep = self.x < step
+        n = int(keep.sum())
+        if n == self.n:
+            return False
+        xs, ys = self.x[keep], self.y[keep]
+        self._x, self._y = np.resize(xs, max(1024, 2 * n)), np.resize(ys, max(1024, 2 * n))
+        self.n = n
+        return True
 
 
 @dataclass

@@ -62,3 +62,15 @@ def test_columns_takes_numbers_only():
             {"seq": 2, "loss": 2.0}, {"seq": 3, "step": 1, "loss": 1.0}]
     assert columns(recs) == {"loss": ([0.0, 1.0], [1.5, 1.0]), "n": ([0.0], [3.0])}
     assert columns(recs, {"n"}) == {"n": ([0.0], [3.0])}
+
+
+def test_a_rewind_takes_away_the_steps_a_job_runs_again():
+    s = Series("loss")
+    s.extend(np.arange(100.0), np.arange(100.0))
+    view = SeriesView(s, budget=400)
+    view.full()
+    assert s.keep_before(60) and not s.keep_before(60)
+    s.extend(np.arange(60.0, 81.0), -np.arange(60.0, 81.0))  # run again, other values
+    data = view.full()
+    assert list(s.x) == list(range(81)) and list(data["x"]) == list(range(81))
+    assert data["raw"][-1] == -80 and data["raw"][59] == 59
