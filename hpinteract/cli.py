@@ -152,13 +152,19 @@ def report_end(job: Job, state: JobState, out: TextIO) -> int:
 def cmd_run(a: Namespace) -> int:
     hparams = parse_assignments(a.set)
     try:
-        job = launch(a.script, a.nproc, hparams, a.script_args, backend=a.backend,
-                     max_restarts=a.max_restarts)
+        job = launch(a.script, a.nproc, hparams, a.script_args or None, backend=a.backend,
+                     max_restarts=a.max_restarts, resume=a.resume, replay=a.replay)
     except (FileNotFoundError, ValueError) as exc:  # no such script, nproc < 1, bad value
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(job.id, flush=True)
     return watch(job) if a.watch else 0
+
+
+def cmd_fork(a: Namespace) -> int:
+    job = attach(a.job).fork(a.step, parse_assignments(a.set))
+    print(job.id, flush=True)
+    return 0
 
 
 def cmd_jobs(a: Namespace) -> int:
@@ -247,12 +253,15 @@ def build_parser() -> ArgumentParser:
     p = add("run", cmd_run, "launch SCRIPT under torchrun, detached; prints the job id", False)
     p.usage = "hpinteract run SCRIPT [options] [-- script args...]"
     p.add_argument("script", metavar="SCRIPT", nargs="?")
-    p.add_argument("--nproc", "-n", type=int, default=1, help="ranks (default 1)")
+    p.add_argument("--nproc", "-n", type=int, help="ranks (default 1, or the job's)")
     p.add_argument("--set", "-s", action="extend", nargs="+", default=[], metavar="K=V",
                    help="hyper-parameter overrides")
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with GPUs")
-    p.add_argument("--max-restarts", type=int, default=0, metavar="N",
+    p.add_argument("--max-restarts", type=int, metavar="N",
                    help="restart the workers from the newest checkpoint when a rank dies")
+    p.add_argument("--resume", metavar="ID", help="continue this ended job (SCRIPT optional)")
+    p.add_argument("--replay", metavar="ID",
+                   help="run this job again with its recorded changes (SCRIPT optional)")
     p.add_argument("--watch", "-w", action="store_true", help="then follow it, like watch")
     add("jobs", cmd_jobs, "list jobs: id, state, step, nproc, script", False)
     add("set", cmd_set, "change hyper-parameters on every rank at one step").add_argument(
@@ -265,6 +274,10 @@ def build_parser() -> ArgumentParser:
     add("stop", cmd_control, "end training at the same step on every rank").add_argument(
         "--wait", action="store_true", help="then wait for the job to end")
     add("checkpoint", cmd_control, "save the job's state at the next step boundary")
+    p = add("fork", cmd_fork, "start a new job from the job's checkpoint at or before STEP")
+    p.add_argument("--step", type=int, required=True, metavar="STEP")
+    p.add_argument("--set", "-s", action="extend", nargs="+", default=[], metavar="K=V",
+                   help="values on top of those in force at the checkpoint")
     add("watch", lambda a: watch(attach(a.job)), "follow progress and changes until the end")
     p = add("logs", cmd_logs, "print the job's output (all ranks, or one)")
     p.add_argument("--rank", "-r", type=int, help="only this rank's stdout and stderr")
@@ -286,8 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(own)
     args.script_args = script_args
-    if args.command == "run" and args.script is None:  # `--set k=v SCRIPT`: --set took it
-        *args.set, args.script = args.set or [""]
+    if args.command == "run" and args.script is None and not (args.resume or args.replay):
+        *args.set, args.script = args.set or [""]  # `--set k=v SCRIPT`: --set took it
         if not args.script or "=" in args.script:
             parser.error("run needs a SCRIPT")
     try:

@@ -183,8 +183,10 @@ def test_script_args_follow_run_double_dash() -> None:
     assert cli.split_script_args(["set", "--", "lr=1"]) == (["set", "--", "lr=1"], [])
     a = cli.build_parser().parse_args(["run", "t.py", "--set", "a=1", "b=x", "-s", "c=2"])
     assert (a.script, a.set, a.nproc, a.job if "job" in a else None) == (
-        "t.py", ["a=1", "b=x", "c=2"], 1, None)
+        "t.py", ["a=1", "b=x", "c=2"], None, None)  # nproc: 1, or a resumed job's own
     assert cli.build_parser().parse_args(["watch"]).job == "latest"
+    a = cli.build_parser().parse_args(["fork", "-j", "abc", "--step", "120", "-s", "lr=0.1"])
+    assert (a.job, a.step, a.set) == ("abc", 120, ["lr=0.1"])
 
 
 def test_cli_errors_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path,
@@ -196,6 +198,11 @@ def test_cli_errors_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert cli.main(["set", "lr"]) == 2
     assert capsys.readouterr().err == "error: expected name=value, got 'lr'\n"
     assert cli.main(["status"]) == 2
+    assert capsys.readouterr().err.startswith("error: no jobs under ")
+    # --resume and --replay need no SCRIPT (the job's own), but a job that exists
+    assert cli.main(["run", "--replay", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert cli.main(["fork", "--step", "5"]) == 2
     assert capsys.readouterr().err.startswith("error: no jobs under ")
     with pytest.raises(SystemExit) as exc:
         cli.main(["run", "--nproc", "two", "t.py"])
