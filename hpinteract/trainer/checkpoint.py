@@ -75,7 +75,9 @@ def capture(model: Any, optimizer: Any, scheduler: Any, *, step: int, epoch: int
         # Rank 0's generators: data order comes from the loader's seed and epoch, these
         # cover what the script draws itself (dropout, augmentation).
         "rng": {"torch": torch.get_rng_state(), "python": _python_rng(),
-                "numpy": _numpy_rng(np)},
+                "numpy": _numpy_rng(np),
+                # On GPUs, dropout draws from the CUDA generators (no device sync: a copy).
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
     }
 
 

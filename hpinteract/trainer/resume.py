@@ -93,6 +93,9 @@ def restore(resume: Resume, model: Any, optimizer: Any, scheduler: Any, rank: in
         n = rng["numpy"]
         np.random.set_state((n["bit_generator"], n["key"].numpy().astype(np.uint32), n["pos"],
                              n["has_gauss"], n["gauss"]))
+        cuda = rng.get("cuda") or []
+        if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def rewind_logs(run_dir: RunDir, resume: Resume | None,
