@@ -14,7 +14,7 @@ import hpinteract as hpi
 from hpinteract.client.history import read_records
 
 N, EPOCHS = 2048, 2  # 128 steps an epoch, 256 in all
-CRASH = 70
+CRASH = 90
 
 
 def test_a_killed_rank_restarts_the_job_from_its_checkpoint_with_its_changes():
@@ -26,15 +26,15 @@ def test_a_killed_rank_restarts_the_job_from_its_checkpoint_with_its_changes():
     follower = threading.Thread(target=lambda: seen.extend(job.stream()), daemon=True)
     follower.start()
     wait_for_step(job, 5)
-    change = job.set(lr=0.02, dropout=0.3)  # before the first checkpoint: it must survive
-    assert change.applied_at_step < 20
+    change = job.set(lr=0.02, dropout=0.3)  # before the checkpoint the restart goes back to
 
     assert job.wait(180).value == "finished", job.logs()
     follower.join(30)
     ev = job.events()
     [restart] = ev[ev.kind == "restart"].to_dict("records")
     s = int(restart["step"])
-    assert 20 <= s <= CRASH and restart["restart"] == 1 and restart["source"] == "torchrun"
+    assert change.applied_at_step < s <= CRASH  # so the change must come back from it
+    assert restart["restart"] == 1 and restart["source"] == "torchrun"
     assert restart["steps_lost"] >= CRASH - s - 1
     assert pd.isna(restart["failed_rank"]) and "lost a peer" in restart["error"]
     assert restart["checkpoint"].endswith(f"{s:09d}.pt")
