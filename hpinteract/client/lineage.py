@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from ..protocol.changes import recorded_changes
 from ..protocol.errors import ConfigError, InvalidState
 from ..protocol.rundir import RunDir, find_run_dir, read_checkpoint_index
 from .history import read_records
@@ -71,30 +72,6 @@ def copy_into(src: Path, run_dir: RunDir, name: str) -> Path:
 
 
 def replay_plan(run_dir: RunDir) -> dict[str, Any]:
-    """What a replay applies: the job's applied hyper-parameter changes, each at the step
-    where it took effect, in order, and the step where it was stopped (if it was).
-
-    Changes that a resume or restart undid (applied at or after the checkpoint it went back
-    to, before it) are left out, as the job itself no longer had them. Rollbacks are listed
-    apart: they restored a snapshot that a replay does not have.
-    """
-    changes: list[dict[str, Any]] = []
-    rollbacks: set[str] = set()
-    stop_at: int | None = None
-    for ev in read_records(run_dir.events_log):
-        kind = ev.get("kind")
-        if kind in ("resume", "restart"):
-            back = int(ev.get("step", 0))
-            changes = [c for c in changes if c["step"] < back]
-            if stop_at is not None and stop_at >= back:
-                stop_at = None
-        elif kind == "rollback":
-            rollbacks.add(str(ev.get("id")))
-        elif kind == "change" and ev.get("status") == "applied" and ev.get("values"):
-            changes.append({"step": int(ev["applied_at_step"]), "values": ev["values"],
-                            "source": str(ev.get("source", "api")), "id": str(ev["id"])})
-        elif kind == "state" and ev.get("state") == "stopping":
-            stop_at = int(ev.get("step", 0))
-    skipped = [c for c in changes if c["id"] in rollbacks]
-    return {"of": run_dir.job_id, "changes": [c for c in changes if c["id"] not in rollbacks],
-            "stop_at": stop_at, "rollbacks_skipped": [c["step"] for c in skipped]}
+    """What a replay applies (see protocol/changes.py): the job's applied changes at the
+    steps where they took effect, and the step where it was stopped."""
+    return {"of": run_dir.job_id, **recorded_changes(read_records(run_dir.events_log))}

@@ -71,7 +71,8 @@ class Boundary:
                 of = wire.pop("of", None)
                 self.in_flight[wire["id"]] = Command(
                     wire["op"], wire["id"], wire["source"], wire["values"], tracked=False,
-                    reason=f"replay of change {of}" if of else "replay of the stop")
+                    reason=(f"{wire['source'].split(':')[0]} change {of}" if of
+                            else "replay of the stop"))
             self.apply(wire)
 
     def checkpoint(self, cmd: Command) -> None:

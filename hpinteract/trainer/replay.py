@@ -17,13 +17,21 @@ from ..protocol.messages import new_id
 
 
 class ReplaySchedule:
-    def __init__(self, plan: dict[str, Any] | None) -> None:
+    """``plan``: ``{"of", "changes", "stop_at"}``. ``start``: a resumed run's first step;
+    entries before it are in its checkpoint already. ``redo``: the changes a resumed or
+    restarted job makes again after its checkpoint (source ``reapplied:...``)."""
+
+    def __init__(self, plan: dict[str, Any] | None, start: int = 0,
+                 redo: list[dict[str, Any]] | None = None) -> None:
         plan = plan or {}
         self.of = plan.get("of")
         todo = [{"op": "set", "step": int(c["step"]), "values": dict(c["values"]),
                  "source": f"replay:{c.get('source', 'api')}", "of": c.get("id")}
-                for c in plan.get("changes") or []]
-        if plan.get("stop_at") is not None:
+                for c in plan.get("changes") or [] if not start or int(c["step"]) > start]
+        todo += [{"op": "set", "step": int(c["step"]), "values": dict(c["values"]),
+                  "source": f"reapplied:{c.get('source', 'api')}", "of": c.get("id")}
+                 for c in redo or []]
+        if plan.get("stop_at") is not None and int(plan["stop_at"]) > start:
             todo.append({"op": "stop", "step": int(plan["stop_at"]), "values": {},
                          "source": "replay", "of": None})
         # Stable: two changes of one step keep their recorded order, a stop comes last.

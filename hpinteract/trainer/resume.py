@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..protocol.changes import to_redo
 from ..protocol.columns import ColumnWriter
 from ..protocol.rundir import RunDir, read_checkpoint_index
 from .checkpoint import load, unwrap
@@ -38,6 +39,12 @@ SUPERSEDED = "metrics.superseded.jsonl"  # steps run after the checkpoint, set a
 class Resume:
     path: Path
     state: dict[str, Any]
+    own: bool = False  # the job's own newest checkpoint, after a restart: overrides in it
+
+    @property
+    def saved_ids(self) -> set[str]:
+        """The changes the checkpoint holds already."""
+        return {str(c.get("id")) for c in self.state.get("changes") or []}
 
     @property
     def step(self) -> int:
@@ -66,7 +73,7 @@ def load_resume(run_dir: RunDir, spec: dict[str, Any]) -> Resume | None:
         index = read_checkpoint_index(run_dir.checkpoints_dir)
         if index:
             path = run_dir.checkpoints_dir / index[-1]["file"]
-            return Resume(path, load(path))
+            return Resume(path, load(path), own=True)
         # None of its own yet: where this job started from (a resume's or a fork's), or
         # the beginning.
     what = spec.get("resume")
@@ -74,6 +81,23 @@ def load_resume(run_dir: RunDir, spec: dict[str, Any]) -> Resume | None:
         return None
     path = Path(what["checkpoint"])
     return Resume(path, load(path))
+
+
+def history_to_redo(run_dir: RunDir, resume: Resume,
+                    overrides: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rank 0, before ``rewind_logs``: the changes made after the checkpoint that the
+    resumed run makes again at their steps (names given anew at this launch excepted)."""
+    events = []
+    try:
+        with open(run_dir.events_log, "rb") as f:
+            for line in f:
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    continue  # a torn last line
+    except FileNotFoundError:
+        pass
+    return to_redo(events, resume.step, resume.saved_ids, overrides)
 
 
 def restore(resume: Resume, model: Any, optimizer: Any, scheduler: Any, rank: int) -> None:

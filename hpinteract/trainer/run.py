@@ -96,7 +96,7 @@ class Run:
         self._times = RankTimes(group, self.world_size, self.rank)
         self._rank_metrics: dict[str, Any] = {}  # rank 0: the last gather, for the next record
         self._boundary = Boundary(self)
-        self._replay = replay or ReplaySchedule(None)
+        self._replay = replay if replay is not None else ReplaySchedule(None)
         replaced = [type(p[0] if isinstance(p, tuple) else p).__name__ for p in policies]
         if self._replay:  # their decisions are in the schedule: running them would act twice
             policies = []
@@ -148,6 +148,8 @@ class Run:
         self._gns = GNSMonitor(model, [p for p in model.parameters() if p.requires_grad],
                                self.world_size, self.rank)
         self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
+        if self._replay.next_step <= self.step_index:  # a resumed run's changes at its start
+            self._boundary.replay(self._replay.due(self.step_index))
         self._post_status()
         return model
 

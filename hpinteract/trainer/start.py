@@ -16,7 +16,7 @@ from ..protocol.rundir import RunDir, read_json
 from .distributed import control_group, ensure_process_group
 from .replay import ReplaySchedule
 from .restart import attempt
-from .resume import load_resume, rewind_logs
+from .resume import history_to_redo, load_resume, rewind_logs
 from .run import Run
 from .sync import StepSync
 
@@ -51,8 +51,17 @@ def init(
     run_dir = RunDir(first[0]["run_dir"])
     job = read_json(run_dir.job_file) or {}
     resume = load_resume(run_dir, job)
+    # The launch's overrides are in a restarted job's own checkpoint already, and later
+    # changes may have replaced them there: applied again they would undo those.
+    overrides = {} if resume is not None and resume.own else dict(job.get("hparams") or {})
+    redo: list[dict[str, Any]] = []
     if topo.rank == 0 and (resume is not None or attempt() > 0):
+        if resume is not None:
+            redo = history_to_redo(run_dir, resume, overrides)
         rewind_logs(run_dir, resume, job)  # before the coordinator opens them
+    if resume is not None:  # every rank makes the same changes again at the same steps
+        redo = sync.exchange([{"op": "redo", "changes": redo}] if topo.rank == 0
+                             else None)[0]["changes"]
     return Run(topo, group, sync, run_dir, dict(hparams or {}), dict(specs or {}),
-               job.get("hparams") or {}, ip, list(policies or []), resume,
-               ReplaySchedule(job.get("replay")))
+               overrides, ip, list(policies or []), resume,
+               ReplaySchedule(job.get("replay"), resume.step if resume else 0, redo))

@@ -18,8 +18,9 @@ CRASH = 90
 
 
 def test_a_killed_rank_restarts_the_job_from_its_checkpoint_with_its_changes():
+    # lr given at launch too: the restart must not put the launch's 0.05 back over 0.02.
     job = hpi.launch(TOY, nproc=2, max_restarts=1,
-                     hparams={"sleep": 0.004, "checkpoint_every": 20},
+                     hparams={"sleep": 0.004, "checkpoint_every": 20, "lr": 0.05},
                      args=["--n", str(N), "--epochs", str(EPOCHS), "--crash-rank", "1",
                            "--crash-step", str(CRASH), "--kill"])
     seen: list[dict] = []
