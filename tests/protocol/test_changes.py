@@ -30,7 +30,7 @@ def test_changes_undone_by_a_resume_or_taken_back_by_a_rollback_are_left_out():
 
 
 def test_a_resume_redoes_what_came_after_its_checkpoint_but_not_what_it_holds():
-    events = EVENTS[:3] + [change(8, 15, {"lr": 0.4, "mode": "b"}, "e")]
+    events = [*EVENTS[:3], change(8, 15, {"lr": 0.4, "mode": "b"}, "e")]
     redo = to_redo(events, step=9, saved_ids={"b"}, overridden=("lr",))
     assert redo == [{"step": 15, "values": {"mode": "b"}, "source": "api", "id": "e"}]
     assert to_redo(events, step=9, saved_ids=set())[0]["id"] == "b"  # at the step itself
