@@ -113,9 +113,9 @@ class Codec:
     def _check_replay(self, header: Header) -> None:
         now = time.time()
         if abs(now - header.time) > self._window:
-            raise AuthError(f"stale message (sent {now - header.time:.0f}s ago)")
+            raise AuthError(f"stale message (sent {now - header.time:.0f}s ago)", signed=True)
         if header.msg_id in self._seen:
-            raise AuthError(f"replayed message {header.msg_id}")
+            raise AuthError(f"replayed message {header.msg_id}", signed=True)
         self._seen[header.msg_id] = header.time
         # Ids older than the window can go: their messages would be rejected as stale.
         while self._seen and (

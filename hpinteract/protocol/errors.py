@@ -35,7 +35,15 @@ class InvalidCommand(HpiError):
 
 
 class AuthError(HpiError):
-    """A message was unsigned, forged, replayed or stale; it was not acted on."""
+    """A message was unsigned, forged, replayed or stale; it was not acted on.
+
+    ``signed``: its signature was good (a replayed or stale message): its sender holds
+    the key, so it is told why, however many there are."""
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 signed: bool = False) -> None:
+        super().__init__(message, field=field)
+        self.signed = signed
 
 
 class ProtocolError(HpiError):

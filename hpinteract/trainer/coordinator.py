@@ -246,11 +246,13 @@ class Coordinator:
             identity, msg = self._server.recv()
         except Rejected as exc:
             log.warning("rejected a control message: %s", exc)
-            if self._security.allow():  # a flood is counted, not logged line by line
+            logged = self._security.allow()  # a flood is counted, not logged line by line
+            if logged:
                 self._record_event({"kind": "security", "status": "rejected",
                                     "reason": str(exc), **self._security.suppressed()})
+            if logged or exc.signed:  # a key holder is always told what was wrong
                 self._server.reply(exc.identity, None,
-                                   {"ok": False, "error": exc.error.to_wire()})
+                                   {"ok": False, "error": exc.error.to_wire()}, exc.req_id)
             return
         if self._replies.retry(identity, msg):
             return

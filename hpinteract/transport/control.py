@@ -9,6 +9,7 @@ message with the same request id, so the server can answer it without acting twi
 from __future__ import annotations
 
 import ipaddress
+import json
 import logging
 import time
 from typing import Any
@@ -36,10 +37,18 @@ def bind_random_port(sock: zmq.Socket[Any], ip: str = "127.0.0.1") -> int:
 class Rejected(Exception):
     """A request that failed verification; ``identity`` lets the server answer it."""
 
-    def __init__(self, identity: list[bytes], error: AuthError | ProtocolError) -> None:
+    def __init__(self, identity: list[bytes], error: AuthError | ProtocolError,
+                 req_id: str | None = None) -> None:
         super().__init__(str(error))
         self.identity = identity
         self.error = error
+        self.req_id = req_id  # of a message whose signature was good, when its header says
+
+    @property
+    def signed(self) -> bool:
+        """Its sender holds the key (malformed, stale, replayed): worth an answer always;
+        an unsigned or forged one is answered only while not a flood."""
+        return isinstance(self.error, ProtocolError) or getattr(self.error, "signed", False)
 
 
 class ControlServer:
@@ -62,16 +71,30 @@ class ControlServer:
         try:
             _, msg = self.codec.unpack(frames[1:])
         except (AuthError, ProtocolError) as exc:
-            raise Rejected(identity, exc) from exc
+            rejected = Rejected(identity, exc)
+            if rejected.signed:
+                rejected.req_id = _req_id_of(frames)
+            raise rejected from exc
         return identity, msg
 
-    def reply(self, identity: list[bytes], req: Message | None, content: dict[str, Any]) -> None:
-        req_id = req.header.req_id if req is not None else None
+    def reply(self, identity: list[bytes], req: Message | None, content: dict[str, Any],
+              req_id: str | None = None) -> None:
+        req_id = req.header.req_id if req is not None else req_id
         msg = make_message(REPLY, content, session=self.session, req_id=req_id)
         self.socket.send_multipart([*identity, *self.codec.pack(msg)])
 
     def close(self) -> None:
         self.socket.close()
+
+
+def _req_id_of(frames: list[bytes]) -> str | None:
+    """The request id in a signed but rejected message's header (JSON only), if any."""
+    try:
+        header = json.loads(frames[-2])
+        req_id = header.get("req_id") if isinstance(header, dict) else None
+    except (ValueError, IndexError):
+        return None
+    return req_id if isinstance(req_id, str) and len(req_id) <= 64 else None
 
 
 class ControlClient:
