@@ -20,7 +20,7 @@ from .base import Change, Context, Policy
 
 
 def _bad(name: str, what: str, value: Any) -> InvalidCommand:
-    return InvalidCommand(f"{name} must be {what}, got {value!r}", field=name)
+    return InvalidCommand(f"{name} must be {what}, got {repr(value)[:40]}", field=name)
 
 
 def check_int(name: str, value: Any, low: int | None = None) -> int:
@@ -34,7 +34,7 @@ def check_int(name: str, value: Any, low: int | None = None) -> int:
 
 def check_float(name: str, value: Any, low: float | None = None, high: float | None = None,
                 low_open: bool = False, high_open: bool = False) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    ok = _finite(value)
     if ok and low is not None:
         ok = value > low if low_open else value >= low
     if ok and high is not None:
@@ -60,9 +60,17 @@ def check_bool(name: str, value: Any) -> bool:
 
 def number(value: Any) -> float | None:
     """``value`` as a finite float, or None (missing, not a number, NaN, inf)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
+    return float(value) if _finite(value) else None
+
+
+def _finite(value: Any) -> bool:
+    """A real number a float can hold (an int such as 10**400 overflows: it cannot)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 # ---- multiplicative lr policies ---------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -99,8 +100,10 @@ class Codec:
                 version=str(h["version"]),
                 req_id=None if h.get("req_id") is None else str(h["req_id"]),
             )
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"malformed message: {exc}") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            # RecursionError: JSON nested deeper than the parser goes.
+            raise ProtocolError(f"malformed message: {type(exc).__name__}: "
+                                f"{str(exc)[:200]}") from None
         if not isinstance(content, dict):
             raise ProtocolError("message content must be a JSON object")
         if header.version.split(".")[0] != PROTOCOL_VERSION.split(".")[0]:
@@ -112,7 +115,7 @@ class Codec:
 
     def _check_replay(self, header: Header) -> None:
         now = time.time()
-        if abs(now - header.time) > self._window:
+        if not math.isfinite(header.time) or abs(now - header.time) > self._window:
             raise AuthError(f"stale message (sent {now - header.time:.0f}s ago)", signed=True)
         if header.msg_id in self._seen:
             raise AuthError(f"replayed message {header.msg_id}", signed=True)

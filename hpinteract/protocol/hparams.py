@@ -87,8 +87,13 @@ class HParam:
                 return int(value)
         elif self.kind == "float":
             if isinstance(value, int | float) and not isinstance(value, bool):
-                if not math.isfinite(value):
-                    raise InvalidHParam(f"{name}={value!r} is not a finite number", field=name)
+                try:  # an int too large for a float (10**400) overflows: not finite either
+                    ok = math.isfinite(value)
+                except OverflowError:
+                    ok = False
+                if not ok:
+                    raise InvalidHParam(f"{name}={str(value)[:40]} is not a finite number",
+                                        field=name)
                 return float(value)
         elif isinstance(value, str):
             return value

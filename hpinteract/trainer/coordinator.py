@@ -261,7 +261,8 @@ class Coordinator:
                 reply = self._handle(identity, msg)
             except HpiError:
                 raise
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError,
+                    RecursionError) as exc:
                 raise InvalidCommand(f"malformed {msg.type!r} request: {exc}") from None
         except HpiError as exc:
             if msg.type == "set":
