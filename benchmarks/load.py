@@ -75,6 +75,7 @@ from overhead import CPU_GROUPS, cpu_groups
 
 import hpinteract as hpi
 from hpinteract.client import history
+from hpinteract.client.bulk import last_record
 
 GOAL = 0.90
 VARIANTS = ("idle", "load", "stuck")
@@ -286,24 +287,6 @@ def run_setter(job: Any, seconds: float, rate: float, workers: int) -> list[dict
 
 
 # ---- one run --------------------------------------------------------------------------------
-def last_metric(path: Path) -> dict[str, Any] | None:
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - 16384))
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and "step" in rec and not rec.get("eval"):
-            return rec
-    return None
-
-
 class Clients:
     """The subscribers of one run, in processes (spawned) or threads."""
 
@@ -389,7 +372,7 @@ def run_once(a: argparse.Namespace, v: str, home: Path) -> dict[str, Any]:
 def measure(a: argparse.Namespace, v: str, job: Any, clients: Clients | None, home: Path,
             deadline: float) -> dict[str, Any]:
     metrics_log = job.run_dir.metrics_log
-    while (m := last_metric(metrics_log)) is None or int(m["step"]) < a.warmup:
+    while (m := last_record(metrics_log)) is None or int(m["step"]) < a.warmup:
         if job.state.terminal or time.monotonic() > deadline:
             sys.exit(f"{v}: job {job.id} did not reach step {a.warmup}: {job.state.value} "
                      f"{job.error or ''}\n{job.logs()[-3000:]}")

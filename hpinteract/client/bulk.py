@@ -128,8 +128,8 @@ def _json_columns(data: bytes) -> tuple[Columns, int, int]:
     return cols, last, len(records)
 
 
-def _last_record(path: Path) -> dict[str, Any] | None:
-    """The newest training record, from the log's last 64 KiB."""
+def last_record(path: Path) -> dict[str, Any] | None:
+    """The newest training record, from the log's last 64 KiB (None before the first)."""
     try:
         with open(path, "rb") as f:
             size = f.seek(0, 2)
@@ -161,7 +161,7 @@ def load_history(run_dir: RunDir) -> History:
         parsed = _arrow_columns(data) if data else ({}, 0, 0)
         cols, last_seq, count = parsed if parsed is not None else _json_columns(data)
     events = [e for e in read_records(run_dir.events_log) if int(e.get("seq", 0)) <= last_seq]
-    last = _last_record(run_dir.metrics_log)
+    last = last_record(run_dir.metrics_log)
     if last is not None and int(last.get("seq", 0)) > last_seq:
         last = None  # the stream brings it
     return History(cols, events, last_seq, count, last)

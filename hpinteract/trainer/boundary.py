@@ -67,8 +67,8 @@ class Boundary:
         """Apply another job's recorded changes (every rank, the same list at the same
         step: see replay.py); rank 0 has them logged as changes of source ``replay:...``."""
         for wire in cmds:
+            of = wire.pop("of", None)
             if self.run._coord is not None:
-                of = wire.pop("of", None)
                 self.in_flight[wire["id"]] = Command(
                     wire["op"], wire["id"], wire["source"], wire["values"], tracked=False,
                     reason=(f"{wire['source'].split(':')[0]} change {of}" if of

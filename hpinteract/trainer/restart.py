@@ -16,10 +16,11 @@ from typing import Any
 
 from ..protocol.rundir import RunDir
 
-# What a rank raises when a peer vanished under a collective: a consequence, not a cause.
+# What a rank raises when a peer vanished under a collective, or when torchrun stopped it
+# after another rank failed (sigterm.py): a consequence, not a cause.
 _PEER_LOSS = re.compile(
     r"Connection closed by peer|Connection reset by peer|ECONNRESET|Broken pipe|"
-    r"NCCL communicator was aborted|DistNetworkError", re.IGNORECASE)
+    r"NCCL communicator was aborted|DistNetworkError|stopped by SIGTERM", re.IGNORECASE)
 
 
 def is_peer_loss(message: Any) -> bool:

@@ -31,6 +31,7 @@ from .record import step_record, user_metrics
 from .replay import ReplaySchedule
 from .restart import attempt, restarts_left
 from .resume import Resume, restore
+from .sigterm import SigtermGuard
 from .store import HParamStore
 from .sync import StepSync
 
@@ -120,6 +121,8 @@ class Run:
         self._prev_hook = sys.excepthook
         sys.excepthook = self._excepthook
         atexit.register(self._at_exit)
+        self._ending = False  # an end is being written: a SIGTERM waits for it
+        self._sigterm = SigtermGuard(lambda: self._ending)
 
     # ---- set-up ---------------------------------------------------------------------------
     def watch(self, model: Any, optimizer: Any, scheduler: Any | None = None) -> Any:
@@ -148,8 +151,7 @@ class Run:
         self._gns = GNSMonitor(model, [p for p in model.parameters() if p.requires_grad],
                                self.world_size, self.rank)
         self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
-        if self._replay.next_step <= self.step_index:  # a resumed run's changes at its start
-            self._boundary.replay(self._replay.due(self.step_index))
+        self._replay_due()  # a resumed run's changes of its first step
         self._post_status()
         return model
 
@@ -252,8 +254,7 @@ class Run:
         self.step_index += 1
         if self._gns is not None:
             self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
-        if self._replay.next_step <= self.step_index:  # where a sync point applied them
-            self._boundary.replay(self._replay.due(self.step_index))
+        self._replay_due()  # where a sync point applied them the first time
         if self._sync.due():
             self._at_sync_point()
             if self.paused:
@@ -262,6 +263,10 @@ class Run:
                         self._coord.command_ready.wait(0.1)
                     self._sync_now()
                 self._last_t = time.perf_counter()  # a pause is not step time
+
+    def _replay_due(self) -> None:
+        if self._replay.next_step <= self.step_index:  # one compare per step otherwise
+            self._boundary.replay(self._replay.due(self.step_index))
 
     def _check_accumulation(self) -> None:
         if self._loader is None:
@@ -320,20 +325,23 @@ class Run:
         # collective here; a rank still training elsewhere would wait on it forever.
         self._finish(JobState.FINISHED, None, together=False)
 
-    def _finish(self, state: JobState, error: dict[str, Any] | None, together: bool) -> None:
+    def _finish(self, state: JobState, error: dict[str, Any] | None, together: bool,
+                deliver: bool = True) -> None:
         if self._finished:
             return
-        self._finished = True
+        self._finished = self._ending = True
         atexit.unregister(self._at_exit)
         sys.excepthook = self._prev_hook
         if self._coord is not None:
             self._post_status()
             self._coord.close(state, error)
         self._rank_log.close()
+        self._sigterm.restore(deliver=deliver)
         if state == JobState.FINISHED and together:
             leave_together(self._group, self.topology)
 
     def _excepthook(self, etype: Any, value: Any, tb: Any) -> None:
+        self._ending = True
         error = {"rank": self.rank, "type": etype.__name__, "message": str(value),
                  "traceback": "".join(traceback.format_exception(etype, value, tb))}
         state = JobState.FAILED
@@ -344,6 +352,7 @@ class Run:
             self._coord.post("event", {"kind": "attempt_failed", "step": self.step_index,
                                        "error": error["message"], "attempt": attempt(),
                                        "restarts_left": restarts_left(), "source": "job"})
-        self._finish(state, error, together=False)
+        self._finish(state, error, together=False, deliver=False)
         self._prev_hook(etype, value, tb)
+        self._sigterm.restore(deliver=True)  # after the traceback: it ends the process
 
