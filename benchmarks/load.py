@@ -11,6 +11,13 @@ against a 2-rank job: every acknowledgement arrives, the logs lose nothing, and 
 throughput stays at least 90 % of the idle figure. A slow or stuck subscriber never slows
 training (PUB drops for it; it catches up from the log)."
 
+The clients and the setter run in Linux's SCHED_IDLE class (``--client-priority``), the
+job at the machine's default: on the 2-core development box the two ranks need both
+cores, and whatever CPU a client process takes is taken from a rank (and, the ranks being
+in lock-step, from both), which says nothing about what the job's control plane costs. A
+real deployment has the notebook on other cores or another machine. ``shared`` runs the
+same load at the job's own priority, so that the machine's cost is shown side by side.
+
 Variants, the same job each time, run side by side in every round, the order flipped each
 round (idle load stuck | stuck load idle | ...), so that the load of a shared machine falls
 on all alike:
@@ -20,6 +27,7 @@ on all alike:
   job's end, and a setter calling ``job.set(lr=...)`` (alternating 0.05 and 0.045) at
   ``--rate`` (100) calls a second, paced (call i is due at t0 + i/rate; a pool of threads
   makes them, since each call waits for its step boundary), for ``--seconds`` (30);
+- ``shared``: ``load`` with the clients and the setter at the job's priority;
 - ``stuck``: ``load`` plus two bad clients. A stuck one: a raw ZeroMQ SUB socket
   (RCVHWM 1, a small kernel buffer) that connects and never reads, so the job's PUB socket
   has to drop for it; after the window it reads what its socket holds (a gap in it shows
@@ -47,7 +55,8 @@ of the machine (other people's work: the machine is shared), the stream delay st
 subscriber, and set() latency and pacing.
 
 Usage: .venv/bin/python benchmarks/load.py [--seconds 30] [--rounds 2] [--rate 100]
-       [--subscribers 16] [--clients processes|threads] [--variants idle,load,stuck]
+       [--subscribers 16] [--clients processes|threads] [--client-priority idle]
+       [--variants idle,load,stuck,shared]
        (``--seconds 10`` for a quick run; the default takes about 5 minutes on 2 cores)
 """
 
@@ -78,7 +87,7 @@ from hpinteract.client import history
 from hpinteract.client.bulk import last_record
 
 GOAL = 0.90
-VARIANTS = ("idle", "load", "stuck")
+VARIANTS = ("idle", "load", "stuck", "shared")
 LRS = (0.05, 0.045)  # train.py starts at 0.05
 SOURCE = "bench-load"
 LIVE_S = 1.0  # a record that arrives within this of its time is live, not history
@@ -217,8 +226,20 @@ def stuck_client(idx: int, job_id: str, home: str, q: Any, release: Any,
 CLIENTS = {"stream": stream_client, "slow": slow_client, "stuck": stuck_client}
 
 
+def lower_priority(idle: bool, tid: int = 0) -> None:
+    """This thread (or ``tid``, a process) in Linux's SCHED_IDLE class: it runs only on a
+    core nobody else wants, which nice 19 does not ensure (measured: no better than nice 0).
+    Lowering one's own class needs no privilege. Never the driver's main thread: the jobs it
+    launches would inherit it."""
+    if idle:
+        os.sched_setscheduler(tid or threading.get_native_id(), os.SCHED_IDLE,
+                              os.sched_param(0))
+
+
 def client_main(kind: str, idx: int, job_id: str, home: str, q: Any, release: Any,
                 opts: dict[str, Any]) -> None:
+    # A process: before zmq starts its I/O thread, which inherits the class.
+    lower_priority(opts["idle"])
     cpu0 = time.process_time() if opts["process"] else time.thread_time()
     try:
         res = CLIENTS[kind](idx, job_id, home, q, release, opts)
@@ -260,7 +281,8 @@ def machine_busy_s() -> tuple[float, float]:
 
 
 # ---- the setter -----------------------------------------------------------------------------
-def run_setter(job: Any, seconds: float, rate: float, workers: int) -> list[dict[str, Any]]:
+def run_setter(job: Any, seconds: float, rate: float, workers: int,
+               idle: bool) -> list[dict[str, Any]]:
     """``rate`` calls a second for ``seconds``, paced; returns one record per call."""
     n = round(seconds * rate)
 
@@ -273,7 +295,8 @@ def run_setter(job: Any, seconds: float, rate: float, workers: int) -> list[dict
         return {"i": i, "due": due, "start": t, "end": time.monotonic(), "id": ack.change_id,
                 "step": ack.applied_at_step, "values": ack.values}
 
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="setter")
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="setter",
+                              initializer=lower_priority, initargs=(idle,))
     t0 = time.monotonic()
     futures = []
     for i in range(n):
@@ -291,10 +314,10 @@ class Clients:
     """The subscribers of one run, in processes (spawned) or threads."""
 
     def __init__(self, a: argparse.Namespace, job_id: str, home: Path,
-                 kinds: list[str]) -> None:
+                 kinds: list[str], idle: bool) -> None:
         self.kinds = kinds
         self.procs: list[Any] = []
-        opts = {"slow_ms": a.slow_ms, "slow_hwm": a.slow_hwm}
+        opts = {"slow_ms": a.slow_ms, "slow_hwm": a.slow_hwm, "idle": idle}
         ctx = mp.get_context("spawn")
         # The bad clients patch a module or hold a raw socket: always a process of their own.
         use_proc = [a.clients == "processes" or k != "stream" for k in kinds]
@@ -342,6 +365,11 @@ class Clients:
                 p.join(5)
 
 
+def idle_of(a: argparse.Namespace, v: str) -> bool:
+    """Whether the clients and the setter run in SCHED_IDLE: not for ``shared``."""
+    return v != "shared" and a.client_priority == "idle"
+
+
 def run_once(a: argparse.Namespace, v: str, home: Path) -> dict[str, Any]:
     deadline = time.monotonic() + a.timeout
     out = OUT / f"load-{v}-job.json"
@@ -351,7 +379,7 @@ def run_once(a: argparse.Namespace, v: str, home: Path) -> dict[str, Any]:
                            "--out", str(out)])
     kinds = ([] if v == "idle" else ["stream"] * a.subscribers) + \
             (["slow", "stuck"] if v == "stuck" else [])
-    clients = Clients(a, job.id, home, kinds) if kinds else None
+    clients = Clients(a, job.id, home, kinds, idle_of(a, v)) if kinds else None
     try:
         rec = measure(a, v, job, clients, home, deadline)
         if out.exists():  # rank 0's CPU by thread, from its warm-up to the stop
@@ -392,7 +420,7 @@ def measure(a: argparse.Namespace, v: str, job: Any, clients: Clients | None, ho
     calls: list[dict[str, Any]] = []
     if setter_job is not None:
         # In the driver's main thread; client results queue up meanwhile (read afterwards).
-        calls = run_setter(setter_job, a.seconds, a.rate, a.setter_threads)
+        calls = run_setter(setter_job, a.seconds, a.rate, a.setter_threads, idle_of(a, v))
     else:
         time.sleep(a.seconds)
     t1 = t0 + a.seconds
@@ -605,7 +633,7 @@ def main() -> None:
     ap.add_argument("--clients", choices=("processes", "threads"), default="processes",
                     help="where the subscribers run (the slow and stuck ones: processes)")
     ap.add_argument("--rounds", type=int, default=2, help="an even number balances the order")
-    ap.add_argument("--variants", default="idle,load,stuck",
+    ap.add_argument("--variants", default="idle,load,stuck,shared",
                     help=f"comma-separated, from {', '.join(VARIANTS)}; the first is the base")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=300, help="steps before the window")
@@ -614,6 +642,9 @@ def main() -> None:
                     help="the slow subscriber's sleep before each read of its socket")
     ap.add_argument("--slow-hwm", type=int, default=4, help="its socket's RCVHWM")
     ap.add_argument("--setter-threads", type=int, default=64)
+    ap.add_argument("--client-priority", choices=("idle", "normal"), default="idle",
+                    help="the clients' and the setter's CPU priority (not the job's); the "
+                         "shared variant runs them at normal")
     ap.add_argument("--catch-up-timeout", type=float, default=60.0)
     ap.add_argument("--timeout", type=float, default=300, help="seconds per run")
     ap.add_argument("--keep", action="store_true", help="keep the run directories")

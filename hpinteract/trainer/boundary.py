@@ -49,12 +49,10 @@ class Boundary:
                 cmds = with_lr_scaling(cmds, r.hp, r.store.specs, r._noise_scale)
             self.in_flight = {c.id: c for c in cmds}
             wire = [c.to_wire() for c in cmds]
-        saves = []
-        for cmd in r._sync.exchange(wire):
-            if cmd["op"] == "checkpoint":
-                saves.append(cmd)  # after the changes of this boundary: they are step's
-            else:
-                self.apply(cmd)
+        agreed = r._sync.exchange(wire)
+        # Checkpoints after the changes of this boundary: they are the step's.
+        saves = [c for c in agreed if c["op"] == "checkpoint"]
+        self.apply([c for c in agreed if c["op"] != "checkpoint"])
         if r._coord is not None and r.model is not None:
             every = int(r.hp["checkpoint_every"])
             todo = [self.in_flight.pop(c["id"]) for c in saves]
@@ -73,7 +71,7 @@ class Boundary:
                     wire["op"], wire["id"], wire["source"], wire["values"], tracked=False,
                     reason=(f"{wire['source'].split(':')[0]} change {of}" if of
                             else "replay of the stop"))
-            self.apply(wire)
+        self.apply(cmds)
 
     def checkpoint(self, cmd: Command) -> None:
         """Rank 0 copies the state; the coordinator's writer thread puts it on disk."""
@@ -87,9 +85,36 @@ class Boundary:
         self.saved_at = r.step_index
         r._coord.post("checkpoint", cmd, state)
 
-    def apply(self, cmd: dict[str, Any]) -> None:
+    def apply(self, cmds: list[dict[str, Any]]) -> None:
+        """Make this boundary's commands take effect, in order, then say so: one line for
+        the rank's log and, on rank 0, one status for all (under load a boundary carries
+        ten sets or more: a status and a write each cost the training thread for nothing)."""
+        if not cmds:
+            return
         r = self.run
-        op, step = cmd["op"], r.step_index
+        step = r.step_index
+        for cmd in cmds:
+            self._effect(cmd, step)
+        r._rank_log.write("".join(json.dumps({"id": c["id"], "op": c["op"], "step": step,
+                                              "values": c.get("values", {})}) + "\n"
+                                  for c in cmds))
+        if r._coord is None:
+            return
+        # State and status first: a client that reads them right after its ack must
+        # already see the change.
+        states = [(STATE_OF[c["op"]], c.get("source", "api")) for c in cmds
+                  if c["op"] in STATE_OF]
+        for state, source in states:
+            r._coord.post("state", state, step, source, wake=False)
+        if len(states) < len(cmds):
+            r._post_status(wake=False)
+        for i, c in enumerate(cmds):  # one wake-up for them all: a syscall and a cycle each
+            r._coord.post("applied", self.in_flight.pop(c["id"]), step,
+                          wake=i == len(cmds) - 1)
+
+    def _effect(self, cmd: dict[str, Any], step: int) -> None:
+        r = self.run
+        op = cmd["op"]
         if op == "set":
             r.store.apply(cmd["values"], step)
         elif op == "rollback":
@@ -105,17 +130,6 @@ class Boundary:
             r.paused = False
         elif op == "stop":
             r.should_stop, r.paused = True, False
-        r._rank_log.write(json.dumps({"id": cmd["id"], "op": op, "step": step,
-                                      "values": cmd.get("values", {})}) + "\n")
-        if r._coord is not None:
-            # State and status first: a client that reads them right after its ack must
-            # already see the change.
-            state = STATE_OF.get(op)
-            if state is not None:
-                r._coord.post("state", state, step, cmd.get("source", "api"))
-            else:
-                r._post_status()
-            r._coord.post("applied", self.in_flight.pop(cmd["id"]), step)
 
     def rollback(self, cmd: dict[str, Any], step: int) -> None:
         r = self.run

@@ -137,7 +137,7 @@ class Coordinator:
 
     def _cycle(self, poller: zmq.Poller) -> bool:
         # 50 ms: live plots get 20 batches a second, and an idle job costs next to nothing.
-        ready = dict(poller.poll(50))
+        ready = dict(poller.poll(max(1, round(1000 * self.journal.wait_s(0.05)))))
         if self._wake_r in ready:
             os.read(self._wake_r, 65536)
         if self._server.socket in ready:
@@ -169,9 +169,8 @@ class Coordinator:
             elif kind == "checkpoint":
                 self._on_checkpoint(item[1], item[2])
             elif kind == "status":
-                self.journal.status.update(item[1])
+                self.journal.update_status(item[1])
                 self.policies.on_status(item[1])
-                self.journal.write_state()
             elif kind == "state":
                 self._set_state(item[1], item[2], item[3])
             elif kind == "event":

@@ -301,7 +301,7 @@ class Run:
     def _noise_scale(self) -> float | None:
         return self._gns.estimator.simple() if self._gns is not None else None
 
-    def _post_status(self) -> None:
+    def _post_status(self, wake: bool = True) -> None:
         if self._coord is None:
             return
         self._coord.post("status", {
@@ -312,7 +312,7 @@ class Run:
             "watched": self._binding is not None,
             "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
             "restarts": attempt(),
-        })
+        }, wake=wake)
 
     # ---- the end ---------------------------------------------------------------------------
     def finish(self) -> None:
