@@ -43,9 +43,11 @@ def name(every: int) -> str:
     return f"gns={every}"
 
 
-def check_monitor(job_id: str, home: Path, every: int, total_steps: int) -> dict[str, Any]:
+def check_monitor(job_id: str, home: Path, every: int, total_steps: int,
+                  nproc: int) -> dict[str, Any]:
     """The job's metrics must show the monitor did what ``monitor_gns=every`` asks: a finite
-    ``gns`` (and ``grad_norm``) at every measured step, none when off. Exits otherwise."""
+    ``gns`` and ``grad_norm`` at every step that publishes them, none when off. Exits
+    otherwise."""
     df = hpi.attach(job_id, home=home).metrics()
     cols = ("gns", "grad_norm", "gns_grad_sq", "gns_var")
     steps = df["step"].tolist() if "step" in df else []
@@ -60,9 +62,9 @@ def check_monitor(job_id: str, home: Path, every: int, total_steps: int) -> dict
             sys.exit(f"job {job_id} (monitor_gns=0): {len(finite)} records carry a gns "
                      f"(first at step {finite[0]}): the monitor ran although off")
         return {"gns_records": 0, "gns_expected": 0, "gns_last": float("nan")}
-    # grad_norm at every measured step; with several ranks the estimate as of a step that
-    # issued the ranks' average (every REDUCE_EVERY steps at most) is published with the
-    # next measured step.
+    # With several ranks the estimate and grad_norm as of a step that issued the sum of the
+    # ranks' shares (every REDUCE_EVERY steps at most) are published with the next measured
+    # step; with one, grad_norm at every measured step.
     measured = [s for s in range(total_steps) if s % every == 0]
     expected, issued, inflight = [], None, False
     for s in measured:
@@ -72,11 +74,12 @@ def check_monitor(job_id: str, home: Path, every: int, total_steps: int) -> dict
         issued = s if inflight else issued
     norms = {int(s) for s, g in zip(steps, present["grad_norm"], strict=True)
              if math.isfinite(g)}
-    missing = sorted(set(expected) - set(finite)) + sorted(set(measured) - norms)
+    with_norm = expected if nproc > 1 else measured
+    missing = sorted(set(expected) - set(finite)) + sorted(set(with_norm) - norms)
     if not finite or missing:
         sys.exit(f"job {job_id} (monitor_gns={every}): finite gns at {len(finite)} of the "
                  f"{len(expected)} publishing steps, grad_norm at {len(norms)} of "
-                 f"{len(measured)} measured (missing e.g. {missing[:5]}): the "
+                 f"{len(with_norm)} (missing e.g. {missing[:5]}): the "
                  "noise-scale monitor did not run as asked")
     last = finite[-1]
     i = steps.index(last)
@@ -93,6 +96,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64,
                     help="global batch (train.py's default: 64, the smallest steps, where "
                          "the monitor's fixed per-step cost weighs most)")
+    ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                    help="train.py's model: mlp (the least compute per weight, where the "
+                         "monitor's per-weight cost weighs most) or cnn")
     ap.add_argument("--gns", default="0,1,10",
                     help="comma-separated monitor_gns values, one variant each; the first "
                          "is the base (0: off)")
@@ -114,7 +120,8 @@ def main() -> None:
     home = private_home(a.keep)
     OUT.mkdir(exist_ok=True)
     print(machine_facts())
-    print(f"monitor overhead: {a.nproc} ranks, gloo/CPU, global batch {a.batch}, {a.warmup} "
+    print(f"monitor overhead: {a.model}, {a.nproc} ranks, gloo/CPU, global batch {a.batch}, "
+          f"{a.warmup} "
           f"warm-up + {a.steps} timed steps, {a.rounds} rounds of {' / '.join(variants)} "
           "(hpi job, monitor_gns via "
           f"hpi.launch hparams; live subscriber: {'yes' if a.stream else 'no'}; "
@@ -128,9 +135,10 @@ def main() -> None:
             out.unlink(missing_ok=True)
             t = time.monotonic()
             rec = run_hpi(a, out, home, stream=a.stream, hparams={"monitor_gns": every},
-                          extra=("--batch", str(a.batch)))
+                          extra=("--batch", str(a.batch), "--model", a.model))
             took = time.monotonic() - t
-            rec.update(check_monitor(rec["job_id"], home, every, a.warmup + a.steps))
+            rec.update(check_monitor(rec["job_id"], home, every, a.warmup + a.steps,
+                                     a.nproc))
             results[v].append(rec)
             gns = (f"  gns at {rec['gns_records']} steps, last {rec['gns_last']:.4g}"
                    if every else "  no gns (off)")

@@ -32,6 +32,11 @@ p.add_argument("--steps", type=int, default=1500, help="timed steps (0: until st
 p.add_argument("--warmup", type=int, default=200, help="untimed steps first")
 p.add_argument("--batch", type=int, default=64, help="global batch")
 p.add_argument("--hidden", type=int, default=512)
+p.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+               help="mlp: 64-hidden-hidden-10 (about 300k weights, 300k multiply-adds a "
+                    "sample: the least compute per weight); cnn: two 3x3 convolutions over "
+                    "the 8x8 image and a linear head (60k weights, 1.2M multiply-adds a "
+                    "sample: a convolution's weights are used at every position)")
 p.add_argument("--out", default=None, help="JSON file rank 0 writes its timing to")
 p.add_argument("--sync-every", type=int, default=None,
                help="hpi.init(sync_every=...): steps between control sync points (default auto)")
@@ -47,6 +52,10 @@ def digits() -> TensorDataset:
 
 def make_model() -> nn.Module:
     torch.manual_seed(SEED)
+    if a.model == "cnn":
+        return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1),
+                             nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                             nn.Flatten(), nn.Linear(64 * 64, 10))
     return nn.Sequential(nn.Linear(64, a.hidden), nn.ReLU(), nn.Linear(a.hidden, a.hidden),
                          nn.ReLU(), nn.Linear(a.hidden, 10))
 
