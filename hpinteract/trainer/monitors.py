@@ -8,10 +8,15 @@ index: ranks never disagree on the size of a collective.
 
 Noise scale (McCandlish et al. 2018; ALGORITHMS.md). The small batch is a micro-batch of
 one rank: a gradient hook on each parameter sees the rank's gradient before it is
-accumulated and all-reduced (AdaptDL collects it the same way), and the ranks' smoothed
-small norms are averaged every few steps; the big batch is the global one, the all-reduced
-mean in .grad. With one
-rank and no accumulation, two consecutive steps' gradients stand in for two ranks
+accumulated and all-reduced (AdaptDL collects it the same way), and the ranks' small norms
+are averaged. The big batch is the global one, the all-reduced mean in .grad, the same on
+every rank: so each rank sums the squares of its own 1/world slice of it, and the ranks'
+sums are added up. Every rank then reads its own gradient once and 1/world of the reduced
+one, where rank 0, which every rank waits for, read both whole. (Sharing out the small
+norm the same way was tried and dropped: with each coordinate from one rank's gradient the
+|G| cross terms no longer cancel between the small and the big norm, and the estimate of
+benchmarks/gns_accuracy.py was 42 % off instead of 2 %.)
+With one rank and no accumulation, two consecutive steps' gradients stand in for two ranks
 (AdaptDL's fallback). The two estimates are smoothed separately (bias-corrected EMA)
 before dividing. Only on measured steps are the hooks in place; on a GPU the sums stay
 tensors, so nothing waits for the device. (A Python DDP communication hook, the other way
@@ -35,17 +40,17 @@ class NoiseScale:
     the smoothed |G|^2, tr(Sigma) and their ratio.
 
     Each step's |G|^2 and tr(Sigma) are linear in the two norms, so their EMAs are kept as
-    EMAs of the two norms' terms: a*big - c*small and d*small - d*big (a, c, d from the batch
-    sizes). A rank smooths its own small-norm terms; the mean over ranks of those EMAs is the
-    EMA of the ranks' mean, so the ranks need to average two numbers only when an estimate
-    is published, not at every step.
+    EMAs of the norms' terms, c*small, d*small, a*big and d*big (a, c, d from the batch
+    sizes). Being linear, a rank can smooth the terms of its own small norm and of its share
+    of the big one alone: the ranks' mean of the first two and sum of the last two are the
+    EMAs of the mean small and whole big norm, so the ranks combine theirs only when an
+    estimate is published, not at every step.
     """
 
     def __init__(self) -> None:
         self.n = 0
         self._keep = 1.0  # the product of the smoothing factors so far (for the debias)
-        self._small: list[Number] = [0.0, 0.0]  # EMA of c*small, d*small (this rank's)
-        self._big: list[Number] = [0.0, 0.0]  # EMA of a*big, d*big
+        self._terms: list[Number] = [0.0, 0.0, 0.0, 0.0]  # EMAs of c*small, d*small, a*big, d*big
         self._ratio: Number | None = None  # the last published B_simple
 
     def add(self, small: Number, b_small: float, big: Number, b_big: float,
@@ -54,25 +59,20 @@ class NoiseScale:
         d = 1.0 / (1.0 / b_small - 1.0 / b_big)
         self.n += 1
         self._keep *= alpha
-        self._small = [alpha * self._small[0] + (1 - alpha) * c * small,
-                       alpha * self._small[1] + (1 - alpha) * d * small]
-        self._big = [alpha * self._big[0] + (1 - alpha) * a * big,
-                     alpha * self._big[1] + (1 - alpha) * d * big]
+        new = (c * small, d * small, a * big, d * big)
+        self._terms = [alpha * t + (1 - alpha) * x for t, x in zip(self._terms, new, strict=True)]
 
-    def own_small(self) -> list[Number]:
-        """This rank's smoothed small-norm terms, to be averaged over ranks."""
-        return list(self._small)
+    def terms(self) -> tuple[list[Number], float]:
+        """This rank's smoothed terms, to be combined over the ranks, and the debias divisor
+        (the same on every rank: they measure the same steps)."""
+        return list(self._terms), 1.0 - self._keep
 
-    def state(self) -> tuple[list[Number], float]:
-        """The big-norm terms and the debias divisor now (kept with an in-flight average)."""
-        return list(self._big), 1.0 - self._keep
-
-    def estimate(self, small: list[Number] | None = None,
-                 state: tuple[list[Number], float] | None = None) -> dict[str, Number]:
-        """|G|^2, tr(Sigma) and B_simple from the ranks' mean small terms (default: this
-        rank's) and the big terms of ``state`` (default: now)."""
-        cs, ds = small if small is not None else self._small
-        (ab, db), debias = state if state is not None else self.state()
+    def estimate(self, terms: list[Number] | None = None,
+                 debias: float | None = None) -> dict[str, Number]:
+        """|G|^2, tr(Sigma) and B_simple from the ranks' combined ``terms`` (default: this
+        rank's, all of them with one rank) and their ``debias`` (default: now)."""
+        cs, ds, ab, db = terms if terms is not None else self._terms
+        debias = debias if debias is not None else 1.0 - self._keep
         g2, s = (ab - cs) / debias, (ds - db) / debias
         gns = (s / g2 if g2 else math.nan) if isinstance(g2, float) else s / g2
         self._ratio = gns
@@ -84,14 +84,22 @@ class NoiseScale:
         return None if self._ratio is None else float(self._ratio)
 
 
+def share(numel: int, rank: int, world: int) -> slice:
+    """The part of a parameter's flattened all-reduced gradient whose squares ``rank`` sums:
+    the ranks' parts cover it once, in nearly equal lengths (a one-element bias falls to one
+    rank)."""
+    return slice(numel * rank // world, numel * (rank + 1) // world)
+
+
 class GNSMonitor:
     """Measures the noise scale of the steps ``monitor_gns`` selects, on every rank (each
-    contributes its own small-batch norm); rank 0 publishes the estimate."""
+    contributes its own small norm and its share of the big one); rank 0 publishes."""
 
-    REDUCE_EVERY = 16  # steps between averages of the ranks' terms (at most: measured steps)
+    REDUCE_EVERY = 16  # steps between sums of the ranks' terms (at most: measured steps)
 
     def __init__(self, model: Any, params: list[Any], world: int, rank: int) -> None:
         self.model, self.params, self.world, self.rank = model, params, world, rank
+        self.shares = [share(p.numel(), rank, world) for p in params]
         self.estimator = NoiseScale()
         self.measuring = False
         self._pairs = False
@@ -102,9 +110,9 @@ class GNSMonitor:
         self._big: Number | None = None
         self._prev: list[Any] | None = None  # one rank, no accumulation: last step's grads
         self._now: list[Any] | None = None  # ... and this step's, if run.backward saw them
-        # The ranks' average of their smoothed small terms, in flight: (its work, its
-        # tensor, the big terms and debias when it was issued); and the step it was issued.
-        self._inflight: tuple[Any, Any, tuple[list[Number], float]] | None = None
+        # The ranks' sum of their smoothed terms and of the issuing step's big-norm share,
+        # in flight: (its work, its tensor, the debias when it was issued).
+        self._inflight: tuple[Any, Any, float] | None = None
         self._issued: int | None = None
 
     def arm(self, step: int, every: int, accumulation: int) -> None:
@@ -138,14 +146,21 @@ class GNSMonitor:
             self._now = [g.clone() for g in self._grads()]
             return
         self._close_micro(weight)
-        if micro_index == micro_count - 1 and self.rank == 0:  # .grad: the all-reduced mean
-            self._big = _sumsq(self._grads())
+        if micro_index == micro_count - 1:  # .grad: the all-reduced mean
+            self._big = self._own_big()
 
     def _close_micro(self, weight: float) -> None:
         if self._parts:
-            self._small = self._small + torch.stack(self._parts).sum() / (weight * weight)
+            self._small = self._small + _total(self._parts) / (weight * weight)
             self._count += 1
             self._parts = []
+
+    def _own_big(self) -> Any:
+        """|.grad|^2 over this rank's share: all of it with one rank."""
+        parts = [_sq(p.grad.detach(), part) for p, part in zip(self.params, self.shares,
+                                                                strict=True)
+                 if p.grad is not None]
+        return _total(parts)
 
     def step_done(self, step: int, batch: int, micro: int, accumulation: int,
                   alpha: float) -> dict[str, Number] | None:
@@ -161,30 +176,35 @@ class GNSMonitor:
         self._close_micro(1.0)  # the script called loss.backward() itself
         small, count, big = self._small, self._count, self._big
         self._small, self._count, self._big = 0.0, 0, None
-        if big is None and self.rank == 0:
-            big = _sumsq(self._grads())
+        if big is None:
+            big = self._own_big()
         if not count or micro <= 0 or batch <= micro:
             return None
         est = self.estimator
-        est.add(_num(small / count), micro, _num(big) if big is not None else 0.0, batch, alpha)
-        out: dict[str, Number] = {"grad_norm": _num(big) ** 0.5} if big is not None else {}
+        big = _num(big)
+        est.add(_num(small / count), micro, big, batch, alpha)
         if self.world == 1:
-            return {**out, **est.estimate()}
-        # The ranks' smoothed small terms are averaged (AdaptDL averages the norms; the
-        # EMA is linear, so this is the same) by an asynchronous all-reduce on the model's
-        # own group (NCCL on GPUs: no host sync), issued at the same steps on every rank
-        # every REDUCE_EVERY steps and read at the next measured step, long since done.
-        # Issuing it every REDUCE_EVERY steps, not every step, keeps the extra collective
-        # (and gloo's per-call thread hand-off) off most steps.
+            return {"grad_norm": big ** 0.5, **est.estimate()}
+        # Each rank holds the smoothed terms of its small norm and of its share of the big
+        # one: the estimate takes the ranks' mean of the first and sum of the second. It is
+        # taken by an asynchronous all-reduce on the model's own group (NCCL on GPUs:
+        # no host sync), issued at the same steps on every rank every REDUCE_EVERY steps and
+        # read at the next measured step, long since done: the extra collective (and gloo's
+        # per-call thread hand-off) stays off most steps. The issuing step's big-norm shares
+        # travel with it: grad_norm is published with the estimate.
+        out: dict[str, Number] = {}
         if self._inflight is not None:
-            work, t, state = self._inflight
+            work, t, debias = self._inflight
             self._inflight = None
             work.wait()
             if self.rank == 0:
-                out.update(est.estimate([_num(t[0]), _num(t[1])], state))
+                total = [_num(x) for x in t]
+                out = {"grad_norm": max(total[4], 0.0) ** 0.5,
+                       **est.estimate(total[:4], debias)}
         if self._issued is None or step - self._issued >= self.REDUCE_EVERY:
-            t = _pack(est.own_small(), self.world)
-            self._inflight = (dist.all_reduce(t, async_op=True), t, est.state())
+            (cs, ds, ab, db), debias = est.terms()
+            t = _pack([cs / self.world, ds / self.world, ab, db, big])
+            self._inflight = (dist.all_reduce(t, async_op=True), t, debias)
             self._issued = step
         return out or None
 
@@ -207,33 +227,51 @@ class GNSMonitor:
         return [p.grad.detach() for p in self.params if p.grad is not None]
 
 
-def _sq(t: Any) -> Any:
-    """|t|^2 as a 0-d float32 tensor, in one pass over t and no temporary of its size."""
+def _sq(t: Any, part: slice | None = None) -> Number:
+    """|t|^2 (over ``part`` of its flattened elements), in one pass and no temporary of its
+    size: a float on CPU, a 0-d float32 tensor on a device (no sync)."""
     if t.dtype == torch.float32 and t.is_contiguous():
-        flat = t.view(-1)
+        flat = t.view(-1) if part is None else t.view(-1)[part]
         # A BLAS dot product: on CPU 30 % cheaper than vector_norm(t) ** 2 (which also
         # costs a second op), and the passes over the gradients are most of the monitor.
-        return torch.dot(flat, flat)
-    return torch.linalg.vector_norm(t, dtype=torch.float32).square()
+        sq = torch.dot(flat, flat)
+    else:
+        flat = t.reshape(-1) if part is None else t.reshape(-1)[part]
+        sq = torch.linalg.vector_norm(flat, dtype=torch.float32).square()
+    # On CPU a float at once: adding them up in Python costs nothing, where stacking and
+    # summing 0-d tensors costs two ops of ~50 us each on the step (measured).
+    return float(sq) if sq.device.type == "cpu" else sq
 
 
-def _sumsq(tensors: list[Any]) -> Any:
+def _total(parts: list[Number]) -> Number:
+    """The sum of _sq's results: Python's on CPU, one stacked sum on a device."""
+    if not parts:
+        return 0.0
+    if isinstance(parts[0], torch.Tensor):
+        return torch.stack(parts).sum()
+    return sum(parts)
+
+
+def _sumsq(tensors: list[Any]) -> Number:
     if not tensors:
-        return torch.zeros(())
+        return 0.0
     if tensors[0].device.type != "cpu":
         # On a device, torch's fused per-tensor norms (what clip_grad_norm_ uses): one
         # launch for all, however many parameters.
         norms = torch._foreach_norm([t.float() if t.dtype != torch.float32 else t
                                      for t in tensors])
         return torch.stack(norms).square().sum()
-    return torch.stack([_sq(t) for t in tensors]).sum()
+    return _total([_sq(t) for t in tensors])
 
 
-def _pack(values: list[Number], world: int) -> Any:
-    """This rank's share of a mean over ranks, as one tensor to all-reduce."""
-    if isinstance(values[0], torch.Tensor):
-        return torch.stack([v.float() for v in values]) / world
-    return torch.tensor(values, dtype=torch.float64) / world
+def _pack(values: list[Number]) -> Any:
+    """This rank's shares, as one tensor for a sum over ranks (on the device of any that are
+    device tensors: nothing waits for it)."""
+    dev = next((v.device for v in values if isinstance(v, torch.Tensor)), None)
+    if dev is None or dev.type == "cpu":
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    return torch.stack([torch.as_tensor(v, dtype=torch.float32, device=dev).reshape(())
+                        for v in values])
 
 
 def _num(v: Any) -> Number:

@@ -10,7 +10,7 @@ from helpers import JOBS
 from torch import nn
 
 import hpinteract as hpi
-from hpinteract.trainer.monitors import GNSMonitor, NoiseScale
+from hpinteract.trainer.monitors import GNSMonitor, NoiseScale, share
 
 
 def test_the_estimator_follows_mccandlish_and_smooths_the_two_sums_separately():
@@ -29,28 +29,40 @@ def test_the_estimator_follows_mccandlish_and_smooths_the_two_sums_separately():
     assert est.simple() == pytest.approx(48.0)
 
 
-def test_averaging_the_ranks_smoothed_terms_equals_smoothing_their_average():
+def test_adding_up_the_ranks_smoothed_terms_equals_smoothing_their_sums():
     # Two ranks, three steps, a batch size change in between and a smoothing change: the
-    # mean of the ranks' EMAs of their small-norm terms is the EMA of the mean small norm.
-    steps = [((5.0, 3.0), 2.0, 4, 8, 0.9), ((4.0, 6.0), 1.5, 8, 16, 0.9),
-             ((2.0, 2.5), 1.0, 8, 16, 0.5)]
+    # ranks' mean of the EMAs of their small-norm terms and sum of those of their shares of
+    # the big norm are the EMAs of the mean small norm's and the whole big norm's terms.
+    steps = [((5.0, 3.0), (1.5, 0.5), 4, 8, 0.9), ((4.0, 6.0), (1.0, 0.5), 8, 16, 0.9),
+             ((2.0, 2.5), (0.25, 0.75), 8, 16, 0.5)]
     ranks = [NoiseScale(), NoiseScale()]
     together = NoiseScale()
-    for smalls, big, bs, bb, alpha in steps:
-        for est, small in zip(ranks, smalls, strict=True):
+    for smalls, bigs, bs, bb, alpha in steps:
+        for est, small, big in zip(ranks, smalls, bigs, strict=True):
             est.add(small, bs, big, bb, alpha)
-        together.add(sum(smalls) / 2, bs, big, bb, alpha)
-    mean = [(a + b) / 2 for a, b in zip(ranks[0].own_small(), ranks[1].own_small(),
-                                        strict=True)]
-    split, whole = ranks[0].estimate(mean), together.estimate()
+        together.add(sum(smalls) / 2, bs, sum(bigs), bb, alpha)
+    (t0, debias), (t1, _) = ranks[0].terms(), ranks[1].terms()
+    combined = [(t0[0] + t1[0]) / 2, (t0[1] + t1[1]) / 2, t0[2] + t1[2], t0[3] + t1[3]]
+    split = ranks[0].estimate(combined, debias)
+    whole = together.estimate()
     for key in ("gns_grad_sq", "gns_var", "gns"):
         assert split[key] == pytest.approx(whole[key], rel=1e-12)
     # and the debias uses the product of the factors actually used: 1 - 0.9 * 0.9 * 0.5
-    g2 = [(bb * big - bs * sum(sm) / 2) / (bb - bs) for sm, big, bs, bb, _ in steps]
+    g2 = [(bb * sum(bg) - bs * sum(sm) / 2) / (bb - bs) for sm, bg, bs, bb, _ in steps]
     ema = 0.0
     for value, (*_, alpha) in zip(g2, steps, strict=True):
         ema = alpha * ema + (1 - alpha) * value
     assert whole["gns_grad_sq"] == pytest.approx(ema / (1 - 0.9 * 0.9 * 0.5))
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("numel", [1, 2, 7, 4096])
+def test_the_ranks_shares_cover_each_gradient_once_in_near_equal_parts(numel, world):
+    parts = [share(numel, r, world) for r in range(world)]
+    covered = [i for p in parts for i in range(numel)[p]]
+    assert covered == list(range(numel))
+    lengths = [len(range(numel)[p]) for p in parts]
+    assert max(lengths) - min(lengths) <= 1
 
 
 def grads_of(model, x, y):
@@ -103,20 +115,22 @@ def test_two_ranks_average_their_own_gradients_norms_against_the_all_reduced_one
     expected = json.loads((job.run_dir.path / "expected.json").read_text())
     m = job.metrics().set_index("step")
     assert len(expected) == len(m) == 50
-    # The ranks' smoothed small terms are averaged asynchronously every REDUCE_EVERY steps
-    # (from step 0): the estimate as of such a step is published with the next step.
+    # The ranks' smoothed terms are combined asynchronously every REDUCE_EVERY steps (from
+    # step 0): the estimate as of such a step, and its gradient norm (from the ranks'
+    # shares of the all-reduced gradient), are published with the next step.
     every = GNSMonitor.REDUCE_EVERY
     published = sorted(m.index[m["gns"].notna()])
     assert published == [s + 1 for s in range(0, len(m) - 1, every)]
+    assert sorted(m.index[m["grad_norm"].notna()]) == published
     g2 = s = 0.0
     for n, e in enumerate(expected, start=1):
         bs, bb = e["b_small"], e["b_big"]
         g2 = 0.9 * g2 + 0.1 * (bb * e["big"] - bs * e["small"]) / (bb - bs)
         s = 0.9 * s + 0.1 * (e["small"] - e["big"]) / (1 / bs - 1 / bb)
         debias = 1 - 0.9 ** n
-        assert m.loc[e["step"], "grad_norm"] == pytest.approx(math.sqrt(e["big"]), rel=1e-4)
         if e["step"] % every == 0 and e["step"] + 1 in m.index:
             row = m.loc[e["step"] + 1]
+            assert row["grad_norm"] == pytest.approx(math.sqrt(e["big"]), rel=1e-4)
             assert row["gns_grad_sq"] == pytest.approx(g2 / debias, rel=1e-4)
             assert row["gns_var"] == pytest.approx(s / debias, rel=1e-4)
             assert row["gns"] == pytest.approx(s / g2, rel=1e-4)
