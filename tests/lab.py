@@ -42,14 +42,16 @@ def require_chromium() -> None:
 
 @contextlib.contextmanager
 def jupyterlab(root_dir: Path, home: Path, log_path: Path) -> Iterator[tuple[str, str]]:
-    """JupyterLab serving ``root_dir`` on 127.0.0.1 with a token: yields (base URL, token)."""
+    """A Jupyter server serving ``root_dir`` on 127.0.0.1 with a token, with JupyterLab at
+    /lab and Notebook 7 at /notebooks: yields (base URL, token)."""
     token, port = secrets.token_hex(16), free_port()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1",
              f"--port={port}", f"--IdentityProvider.token={token}",
              f"--ServerApp.root_dir={root_dir}", "--allow-root",
-             "--LabApp.expose_app_in_browser=True",
+             "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, for the tests
+             "--JupyterNotebookApp.expose_app_in_browser=True",  # ... in Notebook 7 too
              # A fresh layout and settings each time: nothing restored from an earlier run.
              f"--LabApp.workspaces_dir={log_path.parent / 'workspaces'}",
              f"--LabApp.user_settings_dir={log_path.parent / 'settings'}"],

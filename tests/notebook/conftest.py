@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from notebook.kernel import Kernel
+from nb_kernel import Kernel
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
-"""The notebook experience in a real browser: JupyterLab in headless Chromium runs the
-quick-start notebook; the plots' points grow while the job trains, and dragging the lr
-slider changes the job's lr. A screenshot is saved under build/test-output/browser/.
-(Chromium: see tests/lab.py.)
+"""The notebook experience in a real browser: JupyterLab 4, and Notebook 7, in headless
+Chromium run the quick-start notebook; the plots' points grow while the job trains, and
+dragging the lr slider changes the job's lr (in JupyterLab a zoom refines the plot too).
+Screenshots are saved under build/test-output/browser/. (Chromium: see tests/lab.py.)
 """
 
 from __future__ import annotations
@@ -62,9 +62,10 @@ pytestmark = browser_test
 
 
 @pytest.fixture
-def lab(tmp_path, hpi_home):
-    """JupyterLab on loopback with a token, over a copy of examples/ whose quick start
-    trains for longer (a person drags the slider mid-run; so does this test)."""
+def served(tmp_path, hpi_home):
+    """A Jupyter server (JupyterLab and Notebook 7 both) on loopback with a token, over a
+    copy of examples/ whose quick start trains for longer (a person drags the slider
+    mid-run; so does this test): yields (base URL, token)."""
     require_chromium()
     work = tmp_path / "examples"
     shutil.copytree(ROOT / "examples", work)
@@ -76,7 +77,7 @@ def lab(tmp_path, hpi_home):
     assert '\\"100000\\"' in nb.read_text()
     with jupyterlab(work, hpi_home, tmp_path / "lab.log") as (base, token):
         try:
-            yield f"{base}/lab/tree/01_quickstart.ipynb?token={token}"
+            yield base, token
         finally:
             for summary in hpi.jobs():
                 job = hpi.attach(summary.id)
@@ -85,60 +86,121 @@ def lab(tmp_path, hpi_home):
                     job.wait(60)
 
 
-@pytest.mark.timeout(420)
-def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(lab):
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+def run_quickstart(page, url: str) -> None:
+    """Open the quick start, run its first four cells (title, launch, text, dashboard) as a
+    person does, and wait for the first points in the plots."""
+    page.goto(url)
+    page.wait_for_function(
+        "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+        " const k = w && w.sessionContext && w.sessionContext.session &&"
+        " w.sessionContext.session.kernel; return k && k.status === 'idle'; }",
+        timeout=90_000)
+    no_news = page.get_by_role("button", name="No")  # JupyterLab's news prompt
+    if no_news.count():
+        no_news.first.click()
+    if "/notebooks/" in url:  # Notebook 7 asks whether to trust a notebook it has not signed
+        page.locator(".jp-Dialog-button.jp-mod-accept").click(timeout=30_000)
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    for _ in range(4):  # run each, select the next
+        page.keyboard.press("Shift+Enter")
+        time.sleep(0.3)
+    page.wait_for_function(POINTS_JS.replace("return [n, last];",
+                                             "return n > 0 ? [n, last] : null;"),
+                           timeout=90_000)
+
+
+def assert_points_grow(page) -> None:
+    n0, last0 = page.evaluate(POINTS_JS)
+    time.sleep(4)
+    n1, last1 = page.evaluate(POINTS_JS)
+    assert last1 > last0, (last0, last1)  # new steps keep arriving in the browser
+    assert n1 > n0 or n0 > 1000, (n0, n1)  # more points (until the budget binds)
+
+
+def drag_lr_slider(page, job) -> None:
+    """Drag the lr slider to the right and release it: the job's lr must go up, and the
+    panel must say the change came from the widget."""
+    assert job.hparams["lr"] == 0.01
+    row = page.locator(".widget-hbox").filter(
+        has=page.locator("b", has_text=re.compile(r"^lr$")))
+    handle = row.locator(".noUi-handle").first
+    handle.scroll_into_view_if_needed()
+    box = handle.bounding_box()
+    assert box is not None
+    cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(cx, cy)
+    page.mouse.down()
+    page.mouse.move(cx + 45, cy, steps=8)
+    page.mouse.up()  # applied on release
+    deadline = time.monotonic() + 30
+    while job.hparams["lr"] == 0.01 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    lr = job.hparams["lr"]
+    assert lr > 0.01, lr
+    page.wait_for_function("() => document.body.innerText.includes('(widget)')",
+                           timeout=30_000)
+
+
+def assert_one_widget_change(job) -> None:
+    ev = job.events()
+    mine = ev[(ev.kind == "change") & (ev.source == "widget")]
+    assert mine.status.tolist() == ["applied"], mine
+
+
+@pytest.mark.timeout(300)
+def test_notebook7_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
     from playwright.sync_api import sync_playwright
 
+    base, token = served
     OUTPUT.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("pageerror", lambda e: errors.append(f"{e}\n{e.stack}"))
         try:
-            page.goto(lab)
-            page.wait_for_function(
-                "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
-                " const k = w && w.sessionContext && w.sessionContext.session &&"
-                " w.sessionContext.session.kernel; return k && k.status === 'idle'; }",
-                timeout=90_000)
-            no_news = page.get_by_role("button", name="No")  # JupyterLab's news prompt
-            if no_news.count():
-                no_news.first.click()
-            page.locator(".jp-Notebook .jp-Cell").first.click()
-            for _ in range(4):  # title, launch, text, dashboard: run each, select the next
-                page.keyboard.press("Shift+Enter")
-                time.sleep(0.3)
-            page.wait_for_function(POINTS_JS.replace("return [n, last];",
-                                                     "return n > 0 ? [n, last] : null;"),
-                                   timeout=90_000)
-            n0, last0 = page.evaluate(POINTS_JS)
-            time.sleep(4)
-            n1, last1 = page.evaluate(POINTS_JS)
-            assert last1 > last0, (last0, last1)  # new steps keep arriving in the browser
-            assert n1 > n0 or n0 > 1000, (n0, n1)  # more points (until the budget binds)
-
+            run_quickstart(page, f"{base}/notebooks/01_quickstart.ipynb?token={token}")
+            assert "/notebooks/" in page.url  # Notebook 7's page, not JupyterLab's
+            assert_points_grow(page)
             job = hpi.attach("latest")
-            assert job.hparams["lr"] == 0.01
-            row = page.locator(".widget-hbox").filter(
-                has=page.locator("b", has_text=re.compile(r"^lr$")))
-            handle = row.locator(".noUi-handle").first
-            handle.scroll_into_view_if_needed()
-            box = handle.bounding_box()
-            assert box is not None
-            cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-            page.mouse.move(cx, cy)
-            page.mouse.down()
-            page.mouse.move(cx + 45, cy, steps=8)
-            page.mouse.up()  # applied on release
-            deadline = time.monotonic() + 30
-            while job.hparams["lr"] == 0.01 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            lr = job.hparams["lr"]
-            assert lr > 0.01, lr
-            page.wait_for_function("() => document.body.innerText.includes('(widget)')",
-                                   timeout=30_000)
+            drag_lr_slider(page, job)
+            page.screenshot(path=str(OUTPUT / "notebook7-quickstart.png"), full_page=True)
+            assert_one_widget_change(job)
+            job.stop()
+        finally:
+            page.screenshot(path=str(OUTPUT / "notebook7-last.png"))
+            (OUTPUT / "notebook7-errors.txt").write_text("\n\n".join(errors))
+            browser.close()
+    # Notebook 7.6 with JupyterLab 4.6 raises this in its own settings loader as the page
+    # opens, with our extension disabled too and on a notebook that runs nothing: not ours.
+    # Any other error fails the test.
+    assert not [e for e in errors if not is_notebook7_own_startup_error(e)], errors
+
+
+def is_notebook7_own_startup_error(error: str) -> bool:
+    first, _, stack = error.partition("\n")
+    frames = [f for f in stack.splitlines() if f.strip().startswith("at ")]
+    return (first == "Cannot read properties of undefined (reading 'schema')" and bool(frames)
+            and "/static/notebook/notebook_core." in frames[0])
+
+
+@pytest.mark.timeout(420)
+def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import sync_playwright
+
+    base, token = served
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(f"{e}\n{e.stack}"))
+        try:
+            run_quickstart(page, f"{base}/lab/tree/01_quickstart.ipynb?token={token}")
+            assert_points_grow(page)
+            job = hpi.attach("latest")
+            drag_lr_slider(page, job)
             # Zooming in refines the view: the kernel decimates the visible window afresh,
             # so it holds points more densely than the whole-run view did. First let the
             # run grow well past a line's budget, so that the whole-run view is decimated.
@@ -166,9 +228,7 @@ def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(lab
                     if attempt == 2:
                         raise
             page.screenshot(path=str(OUTPUT / "jupyterlab-quickstart.png"))
-            ev = job.events()
-            mine = ev[(ev.kind == "change") & (ev.source == "widget")]
-            assert mine.status.tolist() == ["applied"], mine
+            assert_one_widget_change(job)
             job.stop()
         finally:
             page.screenshot(path=str(OUTPUT / "last.png"))

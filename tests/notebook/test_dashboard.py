@@ -5,7 +5,7 @@ the whole history after a kernel restart."""
 from __future__ import annotations
 
 from helpers import TOY
-from notebook.kernel import Kernel
+from nb_kernel import Kernel
 
 WAIT = """
 import asyncio

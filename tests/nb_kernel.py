@@ -1,4 +1,5 @@
-"""A real IPython kernel for the notebook tests (importable as ``notebook.kernel``).
+"""A real IPython kernel for the notebook tests (``from nb_kernel import Kernel``: tests/ is on
+the path, and a module under tests/notebook/ would be shadowed by Notebook 7's package).
 
 Runs in: the pytest process, driving a kernel subprocess over jupyter_client. Code runs
 in the kernel as a cell would, on the kernel's event loop, so the dashboard's ticker,
