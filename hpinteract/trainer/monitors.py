@@ -95,11 +95,13 @@ class GNSMonitor:
     """Measures the noise scale of the steps ``monitor_gns`` selects, on every rank (each
     contributes its own small norm and its share of the big one); rank 0 publishes."""
 
-    REDUCE_EVERY = 16  # steps between sums of the ranks' terms (at most: measured steps)
+    REDUCE_EVERY = 16  # steps between combinations of the ranks' terms (at most: measured)
 
     def __init__(self, model: Any, params: list[Any], world: int, rank: int) -> None:
         self.model, self.params, self.world, self.rank = model, params, world, rank
-        self.shares = [share(p.numel(), rank, world) for p in params]
+        # This rank's part of each parameter's reduced gradient; None: all (one rank).
+        self.shares: list[slice | None] = [share(p.numel(), rank, world) if world > 1 else None
+                                           for p in params]
         self.estimator = NoiseScale()
         self.measuring = False
         self._pairs = False
@@ -155,7 +157,7 @@ class GNSMonitor:
             self._count += 1
             self._parts = []
 
-    def _own_big(self) -> Any:
+    def _own_big(self) -> Number:
         """|.grad|^2 over this rank's share: all of it with one rank."""
         parts = [_sq(p.grad.detach(), part) for p, part in zip(self.params, self.shares,
                                                                 strict=True)

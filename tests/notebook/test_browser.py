@@ -6,9 +6,12 @@ Screenshots are saved under build/test-output/browser/. (Chromium: see tests/lab
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from lab import ARGS, CHROMIUM, OUTPUT, ROOT, browser_test, jupyterlab, require_chromium
@@ -147,11 +150,12 @@ def assert_one_widget_change(job) -> None:
     assert mine.status.tolist() == ["applied"], mine
 
 
-@pytest.mark.timeout(300)
-def test_notebook7_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
+@contextlib.contextmanager
+def chromium_page(name: str) -> Iterator[tuple[Any, list[str]]]:
+    """A page in headless Chromium and the list its uncaught errors go to; on the way out a
+    screenshot ``<name>-last.png`` and the errors in ``<name>-errors.txt``."""
     from playwright.sync_api import sync_playwright
 
-    base, token = served
     OUTPUT.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
@@ -159,18 +163,25 @@ def test_notebook7_runs_the_quickstart_with_live_plots_and_a_working_slider(serv
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(f"{e}\n{e.stack}"))
         try:
-            run_quickstart(page, f"{base}/notebooks/01_quickstart.ipynb?token={token}")
-            assert "/notebooks/" in page.url  # Notebook 7's page, not JupyterLab's
-            assert_points_grow(page)
-            job = hpi.attach("latest")
-            drag_lr_slider(page, job)
-            page.screenshot(path=str(OUTPUT / "notebook7-quickstart.png"), full_page=True)
-            assert_one_widget_change(job)
-            job.stop()
+            yield page, errors
         finally:
-            page.screenshot(path=str(OUTPUT / "notebook7-last.png"))
-            (OUTPUT / "notebook7-errors.txt").write_text("\n\n".join(errors))
+            page.screenshot(path=str(OUTPUT / f"{name}-last.png"))
+            (OUTPUT / f"{name}-errors.txt").write_text("\n\n".join(errors))
             browser.close()
+
+
+@pytest.mark.timeout(300)
+def test_notebook7_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
+    base, token = served
+    with chromium_page("notebook7") as (page, errors):
+        run_quickstart(page, f"{base}/notebooks/01_quickstart.ipynb?token={token}")
+        assert "/notebooks/" in page.url  # Notebook 7's page, not JupyterLab's
+        assert_points_grow(page)
+        job = hpi.attach("latest")
+        drag_lr_slider(page, job)
+        page.screenshot(path=str(OUTPUT / "notebook7-quickstart.png"), full_page=True)
+        assert_one_widget_change(job)
+        job.stop()
     # Notebook 7.6 with JupyterLab 4.6 raises this in its own settings loader as the page
     # opens, with our extension disabled too and on a notebook that runs nothing: not ours.
     # Any other error fails the test.
@@ -187,50 +198,40 @@ def is_notebook7_own_startup_error(error: str) -> bool:
 @pytest.mark.timeout(420)
 def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    from playwright.sync_api import sync_playwright
 
     base, token = served
-    OUTPUT.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(f"{e}\n{e.stack}"))
-        try:
-            run_quickstart(page, f"{base}/lab/tree/01_quickstart.ipynb?token={token}")
-            assert_points_grow(page)
-            job = hpi.attach("latest")
-            drag_lr_slider(page, job)
-            # Zooming in refines the view: the kernel decimates the visible window afresh,
-            # so it holds points more densely than the whole-run view did. First let the
-            # run grow well past a line's budget, so that the whole-run view is decimated.
-            page.wait_for_function(f"() => {{ const r = ({POINTS_JS})(); "
-                                   f"return r && r[1] > {4 * BUDGET}; }}", timeout=180_000)
-            n_line, last = page.evaluate(LONGEST_JS)
-            before = n_line / last  # points per step of the whole-run view
-            fig = page.locator(".bk-Canvas").first
-            fig.scroll_into_view_if_needed()
-            fbox = fig.bounding_box()
-            assert fbox is not None
-            page.mouse.move(fbox["x"] + fbox["width"] * 0.3, fbox["y"] + fbox["height"] / 2)
-            refined = (f"() => {{ const d = ({DENSITY_JS})(); "
-                       f"return d !== null && d > {2 * before}; }}")
-            # Bokeh sends the range once the wheel stops; on a loaded machine a person (and
-            # this test) scrolls a little more if the view has not sharpened yet.
-            for attempt in range(3):
-                for _ in range(15 if attempt == 0 else 3):
-                    page.mouse.wheel(0, -120)  # xwheel_zoom, the active scroll tool
-                    time.sleep(0.1)
-                try:
-                    page.wait_for_function(refined, timeout=60_000)
-                    break
-                except PlaywrightTimeout:
-                    if attempt == 2:
-                        raise
-            page.screenshot(path=str(OUTPUT / "jupyterlab-quickstart.png"))
-            assert_one_widget_change(job)
-            job.stop()
-        finally:
-            page.screenshot(path=str(OUTPUT / "last.png"))
-            browser.close()
+    with chromium_page("jupyterlab") as (page, errors):
+        run_quickstart(page, f"{base}/lab/tree/01_quickstart.ipynb?token={token}")
+        assert_points_grow(page)
+        job = hpi.attach("latest")
+        drag_lr_slider(page, job)
+        # Zooming in refines the view: the kernel decimates the visible window afresh,
+        # so it holds points more densely than the whole-run view did. First let the
+        # run grow well past a line's budget, so that the whole-run view is decimated.
+        page.wait_for_function(f"() => {{ const r = ({POINTS_JS})(); "
+                               f"return r && r[1] > {4 * BUDGET}; }}", timeout=180_000)
+        n_line, last = page.evaluate(LONGEST_JS)
+        before = n_line / last  # points per step of the whole-run view
+        fig = page.locator(".bk-Canvas").first
+        fig.scroll_into_view_if_needed()
+        fbox = fig.bounding_box()
+        assert fbox is not None
+        page.mouse.move(fbox["x"] + fbox["width"] * 0.3, fbox["y"] + fbox["height"] / 2)
+        refined = (f"() => {{ const d = ({DENSITY_JS})(); "
+                   f"return d !== null && d > {2 * before}; }}")
+        # Bokeh sends the range once the wheel stops; on a loaded machine a person (and
+        # this test) scrolls a little more if the view has not sharpened yet.
+        for attempt in range(3):
+            for _ in range(15 if attempt == 0 else 3):
+                page.mouse.wheel(0, -120)  # xwheel_zoom, the active scroll tool
+                time.sleep(0.1)
+            try:
+                page.wait_for_function(refined, timeout=60_000)
+                break
+            except PlaywrightTimeout:
+                if attempt == 2:
+                    raise
+        page.screenshot(path=str(OUTPUT / "jupyterlab-quickstart.png"))
+        assert_one_widget_change(job)
+        job.stop()
     assert not errors, errors
