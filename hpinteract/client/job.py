@@ -175,6 +175,28 @@ class Job:
         (fsynced) when this returns."""
         return self._command("checkpoint", source)
 
+    def resize(self, workers: int, *, wait: bool = True, timeout: float = 300.0,
+               source: str = "api", reason: str | None = None) -> Ack:
+        """Change the number of ranks: at the next step boundary the job checkpoints and
+        starts again with ``workers`` ranks, the same global batch (micro-batches and
+        accumulation planned anew), hyper-parameters, step count and logs. The same as
+        ``job.set(workers=n)``, which returns at the boundary; with ``wait`` this returns
+        once the resized job has ended its first step (the ``resize`` event then has the
+        latency of each phase)."""
+        ack = self.set(workers=workers, source=source, reason=reason)
+        deadline = time.monotonic() + timeout
+        while wait:
+            st, state = self._status_file(), self.state
+            if st.get("world_size") == workers and state == JobState.RUNNING:
+                break
+            if state.terminal:
+                self._channel.raise_ended(state)
+            if time.monotonic() > deadline:
+                raise HpiTimeout(f"job {self.id} did not run with {workers} ranks within "
+                                 f"{timeout}s of its resize (now {state.value})")
+            time.sleep(0.1)
+        return ack
+
     def checkpoints(self) -> list[dict[str, Any]]:
         """The job's checkpoints, oldest first: step, file, whether periodic, time."""
         return [{**e, "path": str(self.run_dir.checkpoints_dir / e["file"])}

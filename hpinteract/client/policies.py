@@ -86,7 +86,11 @@ class ClientPolicies:
     def _main(self, since: int) -> None:
         try:
             for rec in self.job.stream(since=since, stop=self._stop):
+                if not self.set.hparams and "step" in rec:
+                    self._refresh()  # added before the job had posted its values
                 with self._lock:
+                    if rec.get("kind") == "resize" and rec.get("status") == "done":
+                        self.set.world_size = int(rec.get("to") or self.set.world_size)
                     if rec.get("kind") == "change" and rec.get("status") == "applied":
                         self.set.on_applied(rec.get("values") or {}, str(rec.get("source")),
                                             int(rec.get("applied_at_step", 0)))
@@ -96,6 +100,12 @@ class ClientPolicies:
                 self._carry_out(decisions)
         except Exception:  # the thread must not die silently: say why policies stopped
             log.exception("hpinteract: the policy thread of job %s stopped", self.job.id)
+
+    def _refresh(self) -> None:
+        status = self.job.status()
+        with self._lock:
+            self.set.world_size = int(status.get("world_size", self.set.world_size))
+            self.set.observe_status(status.get("hparams", {}), status.get("specs"))
 
     def _carry_out(self, decisions: list[Decision]) -> None:
         for d in decisions:

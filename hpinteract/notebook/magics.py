@@ -22,7 +22,7 @@ from ..policies.base import Policy
 from ..protocol.errors import HpiError
 
 SUBCOMMANDS = ("launch", "attach", "set", "get", "status", "pause", "resume", "stop",
-               "checkpoint", "dashboard", "jobs", "policy")
+               "checkpoint", "resize", "dashboard", "jobs", "policy")
 
 
 def _parse(magic: Any, rest: str) -> Any:
@@ -46,7 +46,8 @@ class HpMagics(Magics):
     @line_magic
     def hp(self, line: str) -> Any:
         """Control hpinteract jobs: %hp launch|attach|set|get|status|pause|resume|stop|
-        checkpoint|dashboard|jobs|policy ... (``%hp SUBCOMMAND -h`` for each one's options)."""
+        checkpoint|resize|dashboard|jobs|policy ... (``%hp SUBCOMMAND -h`` for each one's
+        options)."""
         sub, _, rest = line.strip().partition(" ")
         if sub not in SUBCOMMANDS:
             what = f"unknown subcommand {sub!r}" if sub else "a subcommand is needed"
@@ -140,6 +141,14 @@ class HpMagics(Magics):
     def _checkpoint(self, rest: str) -> Any:
         self._no_args("checkpoint", rest)
         return self.current().checkpoint(source="magic")
+
+    @magic_arguments(name="%hp resize")
+    @argument("workers", type=int, help="the number of ranks from the next step on")
+    @argument("--no-wait", action="store_true", help="return at the step boundary")
+    def _resize(self, rest: str) -> Any:
+        """%hp resize N [--no-wait]: checkpoint, and go on with N ranks"""
+        args = _parse(self._resize, rest)
+        return self.current().resize(args.workers, wait=not args.no_wait, source="magic")
 
     def _dashboard(self, rest: str) -> Any:
         self._no_args("dashboard", rest)

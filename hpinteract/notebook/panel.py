@@ -50,7 +50,8 @@ def batch_choices(current: int, spec: HParam, unit: int) -> list[int]:
 
 def control_for(name: str, spec: HParam, value: Any, unit: int) -> w.ValueWidget:
     """The widget for one hyper-parameter: a log slider for lr (or any ``log`` spec), valid
-    batch sizes, bounded sliders, dropdowns for choices, a checkbox, else a text box."""
+    batch sizes, sizes of the job (``workers``), bounded sliders, dropdowns for choices, a
+    checkbox, else a text box."""
     common: dict[str, Any] = {"description": "", "layout": w.Layout(width="320px")}
     if spec.choices is not None:
         return w.Dropdown(options=list(spec.choices), value=value, **common)
@@ -59,6 +60,11 @@ def control_for(name: str, spec: HParam, value: Any, unit: int) -> w.ValueWidget
     if name == "batch_size" and spec.kind == "int":
         return w.Dropdown(options=batch_choices(int(value), spec, unit), value=int(value),
                           **common)
+    if name == "workers" and spec.kind == "int":  # a resize restarts the job: no slider
+        top = int(spec.high) if spec.high is not None else 64
+        sizes = {int(value), *range(1, min(top, 8) + 1),
+                 *(2**k for k in range(3, 7) if 2**k <= top)}
+        return w.Dropdown(options=sorted(sizes), value=int(value), **common)
     numeric = spec.kind in ("int", "float")
     if numeric and (spec.log or name == "lr") and spec.kind == "float" and value > 0:
         lo = math.log10(spec.low) if spec.low and spec.low > 0 else math.log10(value) - 3

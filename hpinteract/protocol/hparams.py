@@ -146,9 +146,16 @@ BUILTINS: dict[str, HParam] = {
                             "steps (0: off)"),
     "checkpoint_every": HParam(0, low=0, doc="write a checkpoint every N steps (0: only "
                                "when asked); the newest two periodic ones are kept"),
+    "sync": HParam("ssgd", choices=("ssgd", "model_averaging"),
+                   doc="ssgd: gradients all-reduced every step; model_averaging: local steps, "
+                       "parameters averaged every averaging_period steps"),
+    "averaging_period": HParam(4, low=1, doc="steps between model averages (sync="
+                               "model_averaging)"),
 }
-# Declared in every job (the monitors, checkpoints) or with batch_size (its scaling rule).
-MONITORS = ("monitor_gns", "gns_smoothing", "monitor_ranks", "checkpoint_every")
+# Declared in every job (the monitors, checkpoints, synchronisation) or with batch_size (its
+# scaling rule).
+MONITORS = ("monitor_gns", "gns_smoothing", "monitor_ranks", "checkpoint_every", "sync",
+            "averaging_period")
 
 
 def build_specs(

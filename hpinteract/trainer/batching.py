@@ -27,23 +27,27 @@ def plan_of(hp: Mapping[str, Any], world: int) -> tuple[int, int]:
     return micro, max(1, local // micro)
 
 
-def batch_constraint(world: int) -> Constraint:
-    """Rejects a batch_size/micro_batch that cannot be split evenly, naming what would."""
+def batch_constraint(default_world: int) -> Constraint:
+    """Rejects a batch_size/micro_batch that cannot be split evenly, naming what would; with
+    a new ``workers`` (a resize) the split over that many ranks is what must work."""
 
     def check(changes: dict[str, Any], merged: Mapping[str, Any]) -> None:
-        if "batch_size" not in changes and "micro_batch" not in changes:
+        if not {"batch_size", "micro_batch", "workers"} & changes.keys() \
+                or "batch_size" not in merged:
             return
+        world = int(changes.get("workers", default_world))
         b = int(merged["batch_size"])
         if b % world:
+            field = "workers" if "batch_size" not in changes else "batch_size"
             raise InvalidHParam(
                 f"batch_size={b} cannot be shared by {world} ranks: use a multiple of "
-                f"{world} (e.g. {max(world, b - b % world)})", field="batch_size")
+                f"{world} (e.g. {max(world, b - b % world)})", field=field)
         m = merged.get("micro_batch")
         if m is None:
             return
         local, unit = b // world, int(m) * world
         if local % int(m):
-            name = "batch_size" if "batch_size" in changes else "micro_batch"
+            name = next(n for n in ("batch_size", "micro_batch", "workers") if n in changes)
             lower = max(unit, b - b % unit)
             raise InvalidHParam(
                 f"batch_size={b} on {world} rank(s) is {local} samples per rank, which "

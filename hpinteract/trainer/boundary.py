@@ -12,6 +12,7 @@ checkpoint at step s holds what step s starts from).
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.messages import new_id
@@ -19,6 +20,8 @@ from ..protocol.states import JobState
 from .checkpoint import capture
 from .commands import Command
 from .coordinator import PERIODIC_SOURCE
+from .resize import SOURCE as RESIZE_SOURCE
+from .resize import leave
 from .scaling import with_lr_scaling
 from .snapshots import Snapshots
 
@@ -35,6 +38,7 @@ class Boundary:
         self.snapshots = Snapshots()
         self.saved_at = run.step_index  # step of the newest checkpoint (rank 0)
         self.in_flight: dict[str, Command] = {}  # rank 0: this boundary's commands by id
+        self.resize_by: dict[str, Any] = {}  # the change that set a new ``workers``
 
     def snapshot(self) -> None:
         r = self.run
@@ -60,6 +64,7 @@ class Boundary:
                 todo = [Command("checkpoint", new_id(), PERIODIC_SOURCE, tracked=False)]
             for command in todo:
                 self.checkpoint(command)
+        self.maybe_resize()
 
     def replay(self, cmds: list[dict[str, Any]]) -> None:
         """Apply another job's recorded changes (every rank, the same list at the same
@@ -72,6 +77,21 @@ class Boundary:
                     reason=(f"{wire['source'].split(':')[0]} change {of}" if of
                             else "replay of the stop"))
         self.apply(cmds)
+        self.maybe_resize()
+
+    def maybe_resize(self) -> None:
+        """After a boundary whose changes gave ``workers`` a new value (every rank alike):
+        checkpoint (rank 0), and leave for the supervisor to restart the job (resize.py)."""
+        r = self.run
+        to = int(r.hp.get("workers", r.world_size))
+        if to == r.world_size:
+            return
+        began = time.time()
+        if r._coord is not None:
+            self.checkpoint(Command("checkpoint", new_id(), RESIZE_SOURCE, tracked=False))
+            r._coord.post("event", {"kind": "resize", "status": "leaving", "step": r.step_index,
+                                    "from": r.world_size, "to": to, **self.resize_by})
+        leave(r, to, began, self.resize_by)
 
     def checkpoint(self, cmd: Command) -> None:
         """Rank 0 copies the state; the coordinator's writer thread puts it on disk."""
@@ -117,6 +137,8 @@ class Boundary:
         op = cmd["op"]
         if op == "set":
             r.store.apply(cmd["values"], step)
+            if "workers" in cmd["values"]:
+                self.resize_by = {"id": cmd["id"], "source": cmd.get("source", "api")}
         elif op == "rollback":
             self.rollback(cmd, step)
         elif op == "guard":

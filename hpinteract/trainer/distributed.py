@@ -28,6 +28,11 @@ class Topology:
     device: torch.device
     created_group: bool  # we initialised the default group, so we destroy it at the end
 
+    @property
+    def devices(self) -> int | None:
+        """GPUs on this node (one rank each), or None on CPU."""
+        return torch.cuda.device_count() if self.device.type == "cuda" else None
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -30,6 +30,7 @@ from ..protocol.changes import to_redo
 from ..protocol.columns import ColumnWriter
 from ..protocol.rundir import RunDir, read_checkpoint_index
 from .checkpoint import load, unwrap
+from .resize import resized, restarted
 from .restart import attempt, previous_failure
 
 SUPERSEDED = "metrics.superseded.jsonl"  # steps run after the checkpoint, set aside
@@ -66,10 +67,10 @@ class Resume:
 
 
 def load_resume(run_dir: RunDir, spec: dict[str, Any]) -> Resume | None:
-    """The checkpoint this run continues from: after an automatic restart the job's newest
-    one (the index is written atomically, so every rank reads the same); otherwise the one
-    the launcher named (``hpi.launch(resume=...)``), if any."""
-    if attempt() > 0:
+    """The checkpoint this run continues from: after an automatic restart or a resize the
+    job's newest one (the index is written atomically, so every rank reads the same);
+    otherwise the one the launcher named (``hpi.launch(resume=...)``), if any."""
+    if attempt() > 0 or resized() is not None:
         index = read_checkpoint_index(run_dir.checkpoints_dir)
         if index:
             path = run_dir.checkpoints_dir / index[-1]["file"]
@@ -178,7 +179,11 @@ def rewind_logs(run_dir: RunDir, resume: Resume | None,
              "checkpoint": str(resume.path) if resume is not None else None,
              "steps_lost": max(0, last_step + 1 - step),
              "source": "torchrun" if restarts else "launch"}
-    if restarts:  # which restart, and why: the last attempt's error files
+    if not restarts and (record := resized()) is not None:
+        restarted()  # the resize's latency is counted from here (resize.done_event)
+        event.update(kind="resize", status="restarted", source="resize",
+                     **{"from": record.get("from"), "to": record.get("to")})
+    elif restarts:  # which restart, and why: the last attempt's error files
         event.update(restart=restarts, **previous_failure(run_dir, restarts - 1))
     elif spec.get("parent") and not spec.get("resumes"):  # a fork's first start
         event.update(kind="fork", source="fork", parent=spec["parent"]["job_id"],

@@ -20,6 +20,7 @@ from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
 from ..protocol.rundir import RunDir
 from ..protocol.states import JobState
+from .averaging import ModelAveraging, is_ddp, sync_check
 from .batching import batch_constraint, plan_of
 from .boundary import Boundary
 from .coordinator import Coordinator
@@ -29,6 +30,7 @@ from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor, RankTimes
 from .record import step_record, user_metrics
 from .replay import ReplaySchedule
+from .resize import done_event, resized, why_not_resizable, workers_check, workers_spec
 from .restart import attempt, restarts_left
 from .resume import Resume, restore
 from .sigterm import SigtermGuard
@@ -72,6 +74,12 @@ class Run:
             if name not in self.store.specs:
                 self.store.declare(name, BUILTINS[name])
         self.store.add_constraint(batch_constraint(self.world_size))
+        # workers: this run's world, whatever a checkpoint carried; a change is a resize.
+        self.store.declare("workers", workers_spec(self.world_size, topo.devices))
+        self.store.add_constraint(workers_check(self.world_size,
+                                                lambda: why_not_resizable(self)))
+        self.store.add_constraint(sync_check(lambda: self._why_not_averaging))
+        self._averaging: ModelAveraging | None = None
         if "batch_size" in self.store.view:
             self.store.validate({"batch_size": self.store.view["batch_size"]})
         self.hp: Mapping[str, Any] = self.store.view
@@ -147,10 +155,14 @@ class Run:
             # effective values win, so a resumed job never falls back to an old lr.
             binding.apply({n: self.store.view[n] for n in supported})
         self.store.add_effect(binding.apply)
+        if is_ddp(model):
+            self._averaging = ModelAveraging(model, optimizer, self.world_size)
+            self._averaging.switch(str(self.hp["sync"]))
+            self.store.add_effect(self._switch_sync)
         self._binding, self.model, self.optimizer = binding, model, optimizer
         self._gns = GNSMonitor(model, [p for p in model.parameters() if p.requires_grad],
                                self.world_size, self.rank)
-        self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
+        self._gns.arm(self.step_index, self._gns_every(), self.accumulation)
         self._replay_due()  # a resumed run's changes of its first step
         self._post_status()
         return model
@@ -251,9 +263,14 @@ class Run:
             if not self._running:  # this run's first step (a resumed job's is not step 0)
                 self._running = True
                 self._coord.post("state", JobState.RUNNING, self.step_index, "job")
+                if (record := resized()) is not None and attempt() == 0:
+                    self._coord.post("event", done_event(record, self.step_index,
+                                                         self.world_size))
+        if self._averaging is not None and self._averaging.active:
+            self._averaging.after_step(self.step_index, int(self.hp["averaging_period"]))
         self.step_index += 1
         if self._gns is not None:
-            self._gns.arm(self.step_index, int(self.hp["monitor_gns"]), self.accumulation)
+            self._gns.arm(self.step_index, self._gns_every(), self.accumulation)
         self._replay_due()  # where a sync point applied them the first time
         if self._sync.due():
             self._at_sync_point()
@@ -297,6 +314,25 @@ class Run:
     @property
     def _scheduler(self) -> Any:
         return self._binding.scheduler if self._binding is not None else None
+
+    @property
+    def _why_not_averaging(self) -> str | None:
+        if self._binding is None:
+            return "the script has not called run.watch(model, optimizer)"
+        if self._averaging is None:
+            return "the model given to run.watch is not a DistributedDataParallel"
+        return None
+
+    def _switch_sync(self, changed: dict[str, Any]) -> None:
+        if "sync" in changed and self._averaging is not None:
+            self._averaging.switch(str(changed["sync"]))
+
+    def _gns_every(self) -> int:
+        # The noise scale compares a rank's gradient with the all-reduced one: with model
+        # averaging there is no all-reduced gradient to compare with.
+        if self._averaging is not None and self._averaging.active:
+            return 0
+        return int(self.hp["monitor_gns"])
 
     def _noise_scale(self) -> float | None:
         return self._gns.estimator.simple() if self._gns is not None else None

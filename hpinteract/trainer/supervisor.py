@@ -4,11 +4,14 @@ Runs in: its own process session, started by ``hpi.launch`` (so the job outlives
 notebook that launched it). It calls torchrun's own entry point in-process, so the
 elastic agent, rendezvous and per-rank logs are torchrun's, and torchrun's typed
 ``ChildFailedError`` tells which rank failed first and why. It then writes the final
-state: the coordinator on rank 0 cannot, when rank 0 is the one that died.
+state: the coordinator on rank 0 cannot, when rank 0 is the one that died. A job that was
+resized (resize.py) ends its torchrun with every rank leaving cleanly and a record of the
+new size; the supervisor then runs torchrun again with that many ranks.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -20,6 +23,8 @@ from torch.distributed.run import run as torchrun
 
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
+from .resize import ENV as RESIZED_ENV
+from .resize import relaunch_env, take_record
 from .restart import is_peer_loss
 from .runlog import RunLog, last_seq
 
@@ -84,6 +89,12 @@ def main(run_path: str) -> int:
         return 2
     try:
         torchrun(parse_args(torchrun_argv(job, run_dir)))
+        # A resize: the ranks checkpointed and left; the job goes on with the new number.
+        while (record := take_record(run_dir)) is not None:
+            job["nproc"] = record["to"]
+            atomic_write_json(run_dir.job_file, job)  # spec, jobs() and restarts see it
+            os.environ[RESIZED_ENV] = relaunch_env(record)  # torchrun hands it to the ranks
+            torchrun(parse_args(torchrun_argv(job, run_dir)))
     except ChildFailedError as exc:
         rank, failure = root_cause(exc.failures)
         message = failure.message

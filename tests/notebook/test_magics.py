@@ -14,6 +14,7 @@ MISUSE = [
     ("launch train_fn --nproc two", "invalid int value"),
     ("launch train_fn --set lr", "expected name=value"),
     ("policy explode", "invalid choice"),
+    ("resize two", "invalid int value"),
 ]
 
 
@@ -101,4 +102,28 @@ def test_a_cell_function_launches_on_two_ranks_and_obeys_the_magics(kernel):
         assert at[ack.applied_at_step - 1] != 0.02 and at[ack.applied_at_step] == 0.02
         assert job.spec["script"].endswith("train") and (job.run_dir.path /
             "function.pkl").stat().st_mode & 0o777 == 0o600
+    """, timeout=200)
+
+
+@pytest.mark.timeout(240)
+def test_a_cell_function_job_is_resized_by_the_magic(kernel):
+    kernel.run("%load_ext hpinteract")
+    kernel.run(CELL)
+    kernel.run("""
+        import asyncio
+        job = %hp launch train --nproc 2 --set batch_size=32
+        for _ in range(600):
+            if (job.status().get("latest") or {}).get("step", -1) >= 3:
+                break
+            await asyncio.sleep(0.1)
+        ack = %hp resize 1
+        status = %hp status
+        assert status["world_size"] == 1 and job.hparams["workers"] == 1, status
+        assert job.spec["nproc"] == 1
+        %hp stop
+        assert job.wait(90).value == "finished", job.logs()
+        ev = job.events()
+        done = ev[(ev.kind == "resize") & (ev.status == "done")]
+        assert done["to"].tolist() == [1] and done["source"].tolist() == ["magic"], done
+        assert int(done["step"].iloc[0]) == ack.applied_at_step
     """, timeout=200)

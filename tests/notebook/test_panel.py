@@ -21,6 +21,7 @@ from hpinteract.protocol.hparams import BUILTINS, HParam
     ("flag", HParam(True), True, w.Checkbox),
     ("dropout", HParam(0.1, low=0.0, high=0.9), 0.1, w.FloatSlider),
     ("layers", HParam(3, low=1, high=8), 3, w.IntSlider),
+    ("workers", HParam(2, low=1, high=64), 2, w.Dropdown),  # a resize: no slider drags
     ("wd", BUILTINS["weight_decay"], 1e-4, w.Text),
     ("note", HParam("hi"), "hi", w.Text),
 ])
@@ -32,6 +33,12 @@ def test_each_spec_gets_its_control(name, spec, value, kind):
         assert 10 ** c.min < value < 10 ** c.max
     if hasattr(c, "continuous_update"):
         assert c.continuous_update is False  # applied on release, not while dragging
+
+
+def test_the_sizes_offered_for_workers():
+    assert control_for("workers", HParam(3, low=1, high=4), 3, unit=3).options == (1, 2, 3, 4)
+    assert control_for("workers", HParam(2, low=1, high=64), 2, unit=2).options == (
+        1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64)
 
 
 def test_batch_choices_are_the_sizes_the_ranks_can_share():

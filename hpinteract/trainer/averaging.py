@@ -1,0 +1,94 @@
+"""Synchronisation as a hyper-parameter: ``sync`` = ``ssgd`` | ``model_averaging``.
+
+Runs in: every rank's training thread (the switch at a step boundary, the averaging after an
+optimizer step); rank 0's coordinator thread (the constraint, when a change is validated).
+
+- ``ssgd``: DDP as the script made it, its gradient all-reduce in every backward.
+- ``model_averaging`` (CROSSBOW's and KungFu's model averaging; post-local SGD): every rank
+  steps on its own gradient, and every ``averaging_period`` steps the ranks' parameters are
+  averaged with torch's ``model_averaging.utils.average_parameters`` (what its
+  ``PeriodicModelAverager`` calls), on the training process group.
+
+The gradient all-reduce is switched off the way DDP's own ``no_sync()`` does it, through
+``require_backward_grad_sync``, rather than with the post-local-SGD comm hook: a comm hook
+puts a Python call per bucket on every backward of every job, even one that never leaves
+ssgd, and DDP cannot unregister it. Back to ssgd, the ranks first agree: parameters and
+the optimizer's state (momentum buffers, which drifted apart with the local steps) are
+averaged, so that synchronous SGD goes on from one model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.model_averaging.utils import average_parameters
+
+from ..protocol.errors import InvalidHParam
+
+MODES = ("ssgd", "model_averaging")
+
+
+def sync_check(why_not: Callable[[], str | None]) -> Callable[
+        [dict[str, Any], Mapping[str, Any]], None]:
+    """A store constraint: model averaging needs a DDP model in ``run.watch``."""
+
+    def check(changes: dict[str, Any], merged: Mapping[str, Any]) -> None:
+        if changes.get("sync") == "model_averaging" and (reason := why_not()):
+            raise InvalidHParam(f"cannot use model averaging: {reason}", field="sync")
+
+    return check
+
+
+def is_ddp(model: Any) -> bool:
+    return hasattr(model, "require_backward_grad_sync") and hasattr(model, "no_sync")
+
+
+class ModelAveraging:
+    """The switch and the periodic averaging of one DDP model and its optimizer."""
+
+    def __init__(self, model: Any, optimizer: Any, world: int) -> None:
+        self.model, self.optimizer, self.world = model, optimizer, world
+        self.active = False  # read on every step: one attribute, no call, in ssgd
+        self.averages = 0
+
+    def switch(self, mode: str) -> None:
+        """Every rank, at the same step boundary."""
+        local = mode == "model_averaging"
+        if local == self.active:
+            return
+        if not local:  # leaving: one model and one optimizer state again, on every rank
+            self.average()
+            self.average_optimizer_state()
+        self.active = local
+        self.model.require_backward_grad_sync = not local
+
+    def after_step(self, step: int, period: int) -> None:
+        """Every rank, after the optimizer step of ``step``, while active."""
+        if (step + 1) % period == 0:
+            self.average()
+
+    def average(self) -> None:
+        if self.world > 1:
+            average_parameters(iter([p for p in self.model.parameters() if p.requires_grad]),
+                               dist.group.WORLD)
+            self.averages += 1
+
+    def average_optimizer_state(self) -> None:
+        if self.world == 1 or self.optimizer is None:
+            return
+        # The state tensors in parameter order, which every rank shares (same model).
+        tensors = [t for group in self.optimizer.param_groups for p in group["params"]
+                   for t in self.optimizer.state.get(p, {}).values()
+                   if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() > 0]
+        if not tensors:
+            return
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        flat /= self.world
+        dist.all_reduce(flat)
+        offset = 0
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()

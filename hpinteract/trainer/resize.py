@@ -1,0 +1,149 @@
+"""Resizing a running job: ``workers`` is a hyper-parameter like any other.
+
+Runs in: every rank's training thread (the spec, the check of a new value, the way out at
+the resize boundary), rank 0 (the record it leaves for the supervisor, the latency event of
+the restarted job) and the supervisor (which reads the record and starts torchrun again).
+
+A change of ``workers`` travels the way every change does: rank 0's coordinator validates
+it, every rank applies it at the same step boundary and the client is acknowledged with that
+step. There the job checkpoints (after the boundary's other changes, so the checkpoint holds
+them), every rank leaves, and the supervisor starts torchrun with the new number of ranks.
+They resume from that checkpoint as an automatic restart does: the same run directory, logs
+and step count, the global batch planned anew as micro-batches and accumulation for the new
+world (batching.py), the hyper-parameters and policies' state from the checkpoint.
+
+Why a new torchrun rather than torchrun's elastic membership: elastic resizing adds or
+removes *nodes* (agents) within ``--nnodes=MIN:MAX`` and restarts every worker anyway; the
+number of ranks per node, which is what a job on one machine changes, is fixed for an
+agent's life. Either way the price is a restart of the workers, which is what this measures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.errors import InvalidHParam
+from ..protocol.hparams import HParam
+from ..protocol.rundir import RunDir, atomic_write_json, read_json
+from ..protocol.states import JobState
+from .distributed import leave_together
+
+if TYPE_CHECKING:
+    from .run import Run
+
+RECORD = "resize.json"  # in the run directory, from the leaving rank 0 to the supervisor
+ENV = "HPINTERACT_RESIZED"  # the record, as the supervisor passes it to the new ranks
+SOURCE = "job:resize"  # the source of the checkpoint a resize takes
+# Ranks on CPU are processes sharing the machine's cores: more of them than cores is slow
+# but legal, so the bound is a sanity limit; on GPUs it is one rank per device.
+CPU_MAX = 64
+
+# Rank 0 of a restarted job: when its start reached hpi.init (see restarted()).
+_restarted_at: float | None = None
+
+
+def workers_spec(world: int, devices: int | None) -> HParam:
+    high = devices if devices else CPU_MAX
+    return HParam(world, low=1, high=max(high, world), kind="int",
+                  doc="ranks of the job: a change checkpoints at a step boundary and "
+                      "restarts the job with that many, the same global batch and logs")
+
+
+def workers_check(world: int, why_not: Callable[[], str | None]) -> Callable[
+        [dict[str, Any], Mapping[str, Any]], None]:
+    """A store constraint: a new ``workers`` needs a job that can be restarted (launched by
+    ``hpi.launch`` on one node, its model watched); ``why_not()`` says what is missing."""
+
+    def check(changes: dict[str, Any], merged: Mapping[str, Any]) -> None:
+        if "workers" not in changes or int(changes["workers"]) == world:
+            return
+        reason = why_not()
+        if reason:
+            raise InvalidHParam(f"cannot resize this job: {reason}", field="workers")
+
+    return check
+
+
+def write_record(run_dir: RunDir, record: dict[str, Any]) -> None:
+    """Rank 0, after its coordinator closed (the checkpoint is on disk): what the
+    supervisor needs to start the job again."""
+    atomic_write_json(run_dir.path / RECORD, record)
+
+
+def take_record(run_dir: RunDir) -> dict[str, Any] | None:
+    """The supervisor, after torchrun returned: the resize the job asked for, if any (the
+    file is removed, so that a later clean end is not taken for another resize)."""
+    path = run_dir.path / RECORD
+    record = read_json(path)
+    path.unlink(missing_ok=True)
+    if record is None or not isinstance(record.get("to"), int) or record["to"] < 1:
+        return None
+    return record
+
+
+def relaunch_env(record: dict[str, Any]) -> str:
+    return json.dumps({**record, "relaunched": time.time()})
+
+
+def resized() -> dict[str, Any] | None:
+    """In the ranks of a resized job: the record of the resize (None otherwise)."""
+    raw = os.environ.get(ENV)
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def restarted() -> None:
+    """Rank 0 of a resized job, in hpi.init before it opens the logs."""
+    global _restarted_at
+    _restarted_at = time.time()
+
+
+def done_event(record: dict[str, Any], step: int, world: int) -> dict[str, Any]:
+    """The event rank 0 of the resized job posts when its first step has ended: the resize
+    and its latency, phase by phase (seconds)."""
+    now = time.time()
+    boundary = float(record.get("boundary", now))
+    left = float(record.get("left", boundary))
+    start = _restarted_at if _restarted_at is not None else left
+    return {
+        "kind": "resize", "status": "done", "step": step, "from": record.get("from"),
+        "to": world, "id": record.get("id"), "source": record.get("source", "api"),
+        "checkpoint_s": round(left - boundary, 4),  # capture, write, logs closed
+        "restart_s": round(start - left, 4),  # exit, torchrun, interpreters, rendezvous
+        "first_step_s": round(now - start, 4),  # the script's set-up, restore, one step
+        "total_s": round(now - boundary, 4),
+    }
+
+
+def why_not_resizable(run: Run) -> str | None:
+    """Rank 0's coordinator thread, validating a new ``workers``: what is missing, if any."""
+    if run._binding is None:
+        return ("the script has not called run.watch(model, optimizer): there would be "
+                "nothing to checkpoint and resume")
+    spec = read_json(run.run_dir.job_file) or {}
+    if "nproc" not in spec:
+        return ("it was not started by hpi.launch or `hpinteract run`: nothing would "
+                "start it again with another number of ranks")
+    if int(spec.get("nnodes") or 1) > 1:
+        return "it runs on several nodes, whose torchrun agents set their number of ranks"
+    return None
+
+
+def leave(run: Run, to: int, began: float, by: dict[str, Any]) -> None:
+    """Every rank, at the resize boundary: close the control plane (rank 0's coordinator
+    writes the checkpoint first), tell the supervisor, and leave the script."""
+    run._finish(JobState.STARTING, None, together=False)
+    if run.rank == 0:
+        write_record(run.run_dir, {"from": run.world_size, "to": to, "step": run.step_index,
+                                   "boundary": began, "left": time.time(), **by})
+    leave_together(run._group, run.topology)
+    raise SystemExit(0)  # through the script's loops: what follows them is not run
