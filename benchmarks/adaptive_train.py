@@ -7,7 +7,9 @@ loss: the gradient noise scale grows as the student fits (59 at the start, thous
 later), and a larger batch pays off later in training. The same model, optimizer, seeds
 and lr for every run (``--lr-rule fixed``: more samples per step lower the noise, as a
 decaying lr would; ``linear``: lr = lr0 * batch / 32); ``--adaptive`` adds the
-AdaptiveBatchSize policy from ``--batch`` up to ``--max-batch``. Every ``--eval-every``
+AdaptiveBatchSize policy from ``--batch`` up to ``--max-batch``; ``--sync model_averaging``
+trains with local steps and the ranks' models averaged every ``--period`` steps (sync.py).
+Every ``--eval-every``
 samples the job evaluates on held-out data and reports ``val_acc`` and ``train_time``
 (wall seconds of training so far, evaluations excluded) through ``run.log_eval``.
 """
@@ -38,6 +40,8 @@ p.add_argument("--cooldown", type=int, default=50)
 p.add_argument("--lr-rule", choices=("fixed", "linear"), default="fixed")
 p.add_argument("--hidden", type=int, default=256)
 p.add_argument("--every", type=int, default=10, help="policy every N steps")
+p.add_argument("--sync", choices=("ssgd", "model_averaging"), default="ssgd")
+p.add_argument("--period", type=int, default=4, help="averaging_period (model_averaging)")
 a = p.parse_args()
 
 D, C, FLIP = 16, 4, 0.05
@@ -61,7 +65,8 @@ policies = [(AdaptiveBatchSize(max_batch=a.max_batch, min_batch=a.batch, target=
              a.every)] if a.adaptive else []
 lr = a.lr0 if a.lr_rule == "fixed" else a.lr0 * a.batch / 32
 run = hpi.init(hparams={"lr": lr, "momentum": 0.9, "batch_size": a.batch,
-                        "monitor_gns": 1 if a.adaptive else 0}, policies=policies)
+                        "monitor_gns": 1 if a.adaptive else 0, "sync": a.sync,
+                        "averaging_period": a.period}, policies=policies)
 X, Y = make_data(a.samples, seed=1)
 Xt, Yt = make_data(16384, seed=2)  # large, so one evaluation's noise is ~0.3 %
 torch.manual_seed(0)

@@ -153,7 +153,9 @@ def cmd_run(a: Namespace) -> int:
     hparams = parse_assignments(a.set)
     try:
         job = launch(a.script, a.nproc, hparams, a.script_args or None, backend=a.backend,
-                     max_restarts=a.max_restarts, resume=a.resume, replay=a.replay)
+                     max_restarts=a.max_restarts, resume=a.resume, replay=a.replay,
+                     job_id=a.job_id, nnodes=a.nnodes, rdzv_endpoint=a.rdzv_endpoint,
+                     ip=a.ip)
     except (FileNotFoundError, ValueError) as exc:  # no such script, nproc < 1, bad value
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -262,6 +264,13 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--resume", metavar="ID", help="continue this ended job (SCRIPT optional)")
     p.add_argument("--replay", metavar="ID",
                    help="run this job again with its recorded changes (SCRIPT optional)")
+    p.add_argument("--job-id", metavar="ID", help="the new job's id (default: a fresh one)")
+    p.add_argument("--nnodes", type=int, metavar="N",
+                   help="this node's part of a job on N nodes (the same call on each)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="where the nodes meet (torchrun's c10d rendezvous)")
+    p.add_argument("--ip", metavar="ADDR",
+                   help="the address rank 0's coordinator binds (default 127.0.0.1)")
     p.add_argument("--watch", "-w", action="store_true", help="then follow it, like watch")
     add("jobs", cmd_jobs, "list jobs: id, state, step, nproc, script", False)
     add("set", cmd_set, "change hyper-parameters on every rank at one step").add_argument(

@@ -207,6 +207,12 @@ def test_cli_errors_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     with pytest.raises(SystemExit) as exc:
         cli.main(["run", "--nproc", "two", "t.py"])
     assert exc.value.code == 2
+    script = tmp_path / "t.py"
+    script.write_text("")
+    assert cli.main(["run", str(script), "--nnodes", "2", "--job-id", "x"]) == 2
+    assert "needs rdzv_endpoint='host:port'" in capsys.readouterr().err
+    assert cli.main(["run", str(script), "--nnodes", "2", "--rdzv-endpoint", "h:1"]) == 2
+    assert "needs job_id" in capsys.readouterr().err
 
 
 def test_metric_and_event_lines() -> None:

@@ -8,6 +8,7 @@ closing the notebook does not kill the job.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import shutil
 import socket
@@ -67,6 +68,9 @@ def launch(
     resume: str | os.PathLike[str] | None = None,
     replay: str | os.PathLike[str] | Job | None = None,
     max_restarts: int | None = None,
+    nnodes: int | None = None,
+    rdzv_endpoint: str | None = None,
+    ip: str | None = None,
 ) -> Job:
     """Start ``script`` under torchrun with ``nproc`` ranks (default 1), detached; its Job.
 
@@ -89,10 +93,18 @@ def launch(
     this many times; they continue from the newest checkpoint (set ``checkpoint_every``)
     with the hyper-parameters and change history in force then, and the events log records
     the restart, its cause and the steps lost.
+
+    ``nnodes`` > 1: this machine's part of a job on several nodes, which meet through
+    torchrun's c10d rendezvous at ``rdzv_endpoint`` (``host:port``, on one of them). Make
+    the same call, with the same ``job_id``, on every node (``nproc`` ranks each); each has
+    its own run directory (ranks' logs; the metrics and events logs on rank 0's node) and
+    a client attaches through any of them. ``ip``: the address rank 0's coordinator binds
+    (default 127.0.0.1, this machine only; ``0.0.0.0`` for clients on other machines, then
+    encrypted with CurveZMQ and announced by host name).
     """
     root = Path(home).expanduser() if home is not None else None
     old: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = nodes_spec(nnodes, rdzv_endpoint, job_id, ip)
     overrides = _checked_overrides(hparams)
     source = None
     if resume is not None and replay is not None:
@@ -102,13 +114,14 @@ def launch(
             raise ConfigError("a resumed job keeps its id: give resume= or job_id=, not both")
         run_dir, checkpoint = resume_target(resume, root)
         old = read_json(run_dir.job_file) or {}
-        extra = {"created": old.get("created"), "resumes": int(old.get("resumes", 0)) + 1,
+        extra = {**extra, "created": old.get("created"),
+                 "resumes": int(old.get("resumes", 0)) + 1,
                  "resume": {"checkpoint": str(checkpoint), "at": time.time()}}
     elif replay is not None:
         source = replay.run_dir if isinstance(replay, Job) else find_run_dir(str(replay), root)
         old = read_json(source.job_file) or {}
         overrides = {**old.get("hparams", {}), **overrides}  # its launch values, then these
-        extra = {"replay": replay_plan(source)}
+        extra = {**extra, "replay": replay_plan(source)}
         run_dir = RunDir.create(job_id, root)
     else:
         run_dir = RunDir.create(job_id, root)
@@ -199,6 +212,32 @@ def _launch_spec(
     return _start(run_dir, spec, env, root, spec["backend"], workdir)
 
 
+def nodes_spec(nnodes: int | None, rdzv_endpoint: str | None, job_id: str | None,
+               ip: str | None) -> dict[str, Any]:
+    """The spec's entries for a job on several nodes (and the coordinator's address)."""
+    out: dict[str, Any] = {}
+    if ip is not None:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise ConfigError(f"ip must be an IP address to bind, got {ip!r}") from None
+        out["ip"] = ip
+    n = 1 if nnodes is None else int(nnodes)
+    if n < 1:
+        raise ConfigError(f"nnodes must be at least 1, got {n}")
+    if n == 1:
+        if rdzv_endpoint is not None:
+            raise ConfigError("rdzv_endpoint is for a job on several nodes: give nnodes too")
+        return out
+    if not rdzv_endpoint or ":" not in rdzv_endpoint:
+        raise ConfigError(f"a job on {n} nodes needs rdzv_endpoint='host:port' (where the "
+                          "nodes meet), the same on every node")
+    if not job_id:
+        raise ConfigError(f"a job on {n} nodes needs job_id=..., the same on every node "
+                          "(its rendezvous id)")
+    return {**out, "nnodes": n, "rdzv_endpoint": rdzv_endpoint, "rdzv_id": job_id}
+
+
 def _checked_overrides(hparams: Mapping[str, Any] | None) -> dict[str, Any]:
     overrides = dict(hparams or {})
     for name, value in overrides.items():
@@ -224,6 +263,8 @@ def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,
         child_env["HPINTERACT_HOME"] = str(root)
     if backend:
         child_env["HPINTERACT_BACKEND"] = backend
+    if spec.get("ip"):
+        child_env["HPINTERACT_IP"] = str(spec["ip"])
     with open(run_dir.supervisor_log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "hpinteract.trainer.supervisor", str(run_dir.path)],

@@ -32,6 +32,7 @@ from ..transport.pubsub import Publisher
 from .checkpoint import CheckpointWriter, Written
 from .commands import Command, RateLimit, Replies, int_field, note_of, reason_of, source_of
 from .journal import Journal
+from .nodes import advertised
 from .policy_host import JobPolicies
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,8 @@ class Coordinator:
             self.journal = Journal(self.run_dir, self._pub, self.world_size)
             self.journal.changes = self._history
             self.info = ConnectionInfo(
-                job_id=self.run_dir.job_id, ip=self._ip, control_port=self._server.port,
+                job_id=self.run_dir.job_id, ip=advertised(self._ip),
+                control_port=self._server.port,
                 pub_port=self._pub.port, key=key, pid=os.getpid(),
                 curve_server_key=curve.public.decode() if curve else "",
             )

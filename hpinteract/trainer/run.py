@@ -28,6 +28,7 @@ from .distributed import Topology, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor, RankTimes
+from .nodes import node_count, share_connection
 from .record import step_record, user_metrics
 from .replay import ReplaySchedule
 from .resize import done_event, resized, why_not_resizable, workers_check, workers_spec
@@ -126,6 +127,8 @@ class Run:
                     "step": self.step_index, "changes": self._replay.count,
                     "policies_not_started": replaced})
             self._post_status()
+        if node_count() > 1:  # every rank: the coordinator's address for every node
+            share_connection(sync, self.rank, topo.local_rank, run_dir)
         self._prev_hook = sys.excepthook
         sys.excepthook = self._excepthook
         atexit.register(self._at_exit)

@@ -36,8 +36,9 @@ def init(
     ``hparams`` are the script's defaults; values given to ``hpi.launch(hparams=...)``
     override them. ``sync_every`` fixes the distance in steps between control sync points
     (default: chosen so control costs at most ``sync_budget`` of training time).
-    ``policies`` are built-in Policy objects (or ``(policy, every)`` pairs) that rank 0 runs
-    from the start; the other ranks ignore them.
+    ``ip`` is where rank 0's coordinator binds (``HPINTERACT_IP``, which
+    ``hpi.launch(ip=...)`` sets, wins). ``policies`` are built-in Policy objects (or
+    ``(policy, every)`` pairs) that rank 0 runs from the start; the other ranks ignore them.
     """
     topo = ensure_process_group(backend)
     group = control_group()
@@ -48,7 +49,10 @@ def init(
         env_dir = os.environ.get("HPINTERACT_RUN_DIR")
         run_dir = RunDir(env_dir) if env_dir else RunDir.create()
     first = sync.exchange([{"op": "init", "run_dir": str(run_dir.path)}] if run_dir else None)
-    run_dir = RunDir(first[0]["run_dir"])
+    # On several nodes each has its own (its launcher's): rank 0's may be on another machine.
+    own = os.environ.get("HPINTERACT_RUN_DIR")
+    run_dir = RunDir(own if own and topo.rank != 0 else first[0]["run_dir"])
+    ip = os.environ.get("HPINTERACT_IP") or ip
     job = read_json(run_dir.job_file) or {}
     resume = load_resume(run_dir, job)
     # The launch's overrides are in a restarted job's own checkpoint already, and later

@@ -69,6 +69,8 @@ def append_event(run_dir: RunDir, event: dict[str, Any]) -> None:
 
 
 def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -> None:
+    # A dead rank 0's, or another node's copy (nodes.py): nobody answers there any more.
+    run_dir.connection.unlink(missing_ok=True)
     prev = read_json(run_dir.state_file) or {}
     if state == JobState.FINISHED and prev.get("state") == JobState.FINISHED.value:
         return  # rank 0 already recorded the clean end
