@@ -63,6 +63,9 @@ bench: setup
 	$(PY) benchmarks/gns_accuracy.py
 	$(PY) benchmarks/adaptive_batch.py
 	$(PY) benchmarks/dashboard_open.py
+	$(PY) benchmarks/load.py
+	$(PY) benchmarks/resize.py
+	$(PY) benchmarks/sync.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache hpinteract/labextension \

@@ -10,7 +10,8 @@ new rank 0 posts after its first step):
 - checkpoint: from the resize boundary to the old ranks' leaving (state captured and
   written, logs closed);
 - restart: from there to the new rank 0 in ``hpi.init`` (the old processes' exit, torchrun
-  started again, interpreters and torch imported, rendezvous);
+  started again, interpreters and torch imported, rendezvous); "exit" is its part until the
+  supervisor relaunched torchrun;
 - first step: the script's set-up to the end of its first step (model, data, restore);
 
 and by the driver: the call to its acknowledgement (the step boundary) and the call to its
@@ -95,12 +96,14 @@ def main() -> None:
     rates = [steps_per_s(job, s, e) for s, e in zip(starts, ends, strict=True)]
     cold = {n: cold_start(n, home) for n in sorted(set(sizes))}
 
-    print(f"{'resize':<10}{'checkpoint':>12}{'restart':>10}{'1st step':>10}{'total':>9}"
+    print(f"{'resize':<10}{'checkpoint':>12}{'restart':>10}{'(exit)':>8}{'1st step':>10}"
+          f"{'total':>9}"
           f"{'(call->return)':>16}{'cold start':>12}{'resize/cold':>13}")
     for d in done:
         n = int(d["to"])
         call = next(r for r in rows if r["step"] == d["step"])
         print(f"{int(d['from'])} -> {n:<5}{d['checkpoint_s']:>11.2f}s{d['restart_s']:>9.2f}s"
+              f"{d['exit_s']:>7.2f}s"
               f"{d['first_step_s']:>9.2f}s{d['total_s']:>8.2f}s"
               f"{call['call_s']:>15.2f}s{cold[n]:>11.2f}s{d['total_s'] / cold[n]:>13.2f}")
     print("\nsteps/s at each size: " + ", ".join(

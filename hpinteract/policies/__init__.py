@@ -17,6 +17,7 @@ from .builtins import (
     create,
 )
 from .host import PolicySet
+from .resources import ScaleWorkers
 from .schedules import Schedule, Warmup
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "Policy",
     "PolicySet",
     "ReduceOnPlateau",
+    "ScaleWorkers",
     "Schedule",
     "Warmup",
     "create",

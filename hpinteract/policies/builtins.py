@@ -14,6 +14,7 @@ from typing import Any
 
 from ..protocol.errors import InvalidCommand
 from .base import Change, Context, Policy
+from .resources import ScaleWorkers
 from .schedules import (
     Schedule,
     Warmup,
@@ -329,7 +330,8 @@ class DivergenceGuard(Policy):
 
 
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
-    AdaptiveBatchSize, Warmup, Schedule, ReduceOnPlateau, EarlyStopping, DivergenceGuard)}
+    AdaptiveBatchSize, Warmup, Schedule, ReduceOnPlateau, EarlyStopping, DivergenceGuard,
+    ScaleWorkers)}
 
 
 def create(name: str, params: Mapping[str, Any] | None = None) -> Policy:

@@ -33,6 +33,9 @@ class JobPolicies:
         self._started = False
         self._guarding: set[str] = set()  # policies whose snapshots the ranks were asked for
         self._queued: list[tuple[Policy, int]] = []  # given to init: started on first status
+        # Built-ins a client added by name: how to make them again after a restart or resize.
+        self._added: dict[str, dict[str, Any]] = {}
+        self._unrestored: list[dict[str, Any]] = []
 
     def add_initial(self, policies: list[Any],
                     saved: Sequence[dict[str, Any]] = ()) -> None:
@@ -48,6 +51,23 @@ class JobPolicies:
             if state:
                 policy.load_state_dict(state)
             self._queued.append((policy, every))
+        # Those a client had added by name: made again from their name and parameters.
+        mine = {p.policy_name for p, _ in self._queued}
+        for item in saved:
+            added = item.get("added") if isinstance(item, dict) else None
+            if not isinstance(added, dict) or item.get("name") in mine:
+                continue
+            try:
+                policy = self._make(added)
+                if item.get("state"):
+                    policy.load_state_dict(item["state"])
+            except HpiError as exc:  # reported once the logs are open (_start)
+                self._unrestored.append({"kind": "policy", "policy": item.get("name"),
+                                         "status": "failed",
+                                         "error": f"not restored: {exc.message}"})
+                continue
+            self._queued.append((policy, int(added.get("every", 1))))
+            self._added[policy.policy_name] = added
 
     # ---- what the coordinator sees ------------------------------------------------------------
     def on_status(self, status: Mapping[str, Any]) -> None:
@@ -61,6 +81,8 @@ class JobPolicies:
         if self._started:
             return
         self._started = True
+        for notice in self._unrestored:
+            self._record(notice)
         queued, self._queued = self._queued, []
         for policy, every in queued:
             try:
@@ -82,11 +104,22 @@ class JobPolicies:
             self.set.settle(cmd.source[len("policy:"):])
         self._flush()
 
+    @staticmethod
+    def _make(added: Mapping[str, Any]) -> Policy:
+        policy = create(added["builtin"], added.get("params") or {})
+        alias = added.get("alias")
+        if isinstance(alias, str) and alias:
+            policy.name = alias
+        return policy
+
     def state(self) -> list[dict[str, Any]]:
-        """Every policy's description and ``state_dict``, for a checkpoint."""
+        """Every policy's description and ``state_dict``, for a checkpoint (with how to make
+        it again, for those a client added by name)."""
         out = []
         for entry in self.set.entries.values():
             item = entry.describe()
+            if entry.name in self._added:
+                item["added"] = self._added[entry.name]
             try:
                 item["state"] = entry.policy.state_dict()
             except Exception as exc:  # a checkpoint is not lost for one policy's state
@@ -105,14 +138,14 @@ class JobPolicies:
             params = content.get("params") or {}
             if not isinstance(params, dict):
                 raise InvalidCommand("'params' must be an object of the policy's arguments")
-            every = content.get("every", 1)
-            policy = create(name, params)
-            alias = content.get("alias")
-            if isinstance(alias, str) and alias:
-                policy.name = alias
-            self._carry_out(self.set.add(policy, every))
+            added = {"builtin": name, "params": params, "every": content.get("every", 1),
+                     "alias": content.get("alias")}
+            policy = self._make(added)
+            self._carry_out(self.set.add(policy, added["every"]))
+            self._added[policy.policy_name] = added
         elif type_ == "remove_policy":
             self.set.remove(name)
+            self._added.pop(name, None)
             if name in self._guarding:
                 self._guarding.discard(name)
                 self._submit(Command("guard", new_id(), f"policy:{name}", extra={"every": 0}))

@@ -114,11 +114,13 @@ def done_event(record: dict[str, Any], step: int, world: int) -> dict[str, Any]:
     boundary = float(record.get("boundary", now))
     left = float(record.get("left", boundary))
     start = _restarted_at if _restarted_at is not None else left
+    relaunched = float(record.get("relaunched", left))
     return {
         "kind": "resize", "status": "done", "step": step, "from": record.get("from"),
         "to": world, "id": record.get("id"), "source": record.get("source", "api"),
         "checkpoint_s": round(left - boundary, 4),  # capture, write, logs closed
         "restart_s": round(start - left, 4),  # exit, torchrun, interpreters, rendezvous
+        "exit_s": round(relaunched - left, 4),  # of that: until the supervisor relaunched
         "first_step_s": round(now - start, 4),  # the script's set-up, restore, one step
         "total_s": round(now - boundary, 4),
     }

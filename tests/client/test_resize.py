@@ -161,3 +161,36 @@ def test_a_policy_can_resize_the_job():
         job.remove_policy("grow")
         job.stop()
         job.wait(60)
+
+
+def test_the_scale_workers_policy_tries_a_second_rank_and_comes_back():
+    """KungFu's resource policy, in the job: a second rank does not give this sleep-bound
+    job 1.5x the samples a second, so it goes back to one and rests. Added by name from
+    here, the policy is made again after each restart (its state is in the checkpoints)."""
+    job = hpi.launch(JOB, nproc=1, hparams={"sleep": 0.02},
+                     args=["--n", str(N), "--epochs", "1000"])
+
+    def resizes() -> list[dict]:
+        ev = job.events()
+        if "status" not in ev:
+            return []
+        return ev[(ev.kind == "resize") & (ev.status == "done")].to_dict("records")
+
+    try:
+        wait_for_step(job, 2)
+        job.add_policy("scale_workers", max_workers=2, min_gain=0.5, window=15, settle=5)
+        deadline = time.monotonic() + 150
+        while len(resizes()) < 2:
+            assert time.monotonic() < deadline, job.events().tail(12).to_string()
+            time.sleep(0.5)
+        assert [(d["from"], d["to"]) for d in resizes()] == [(1, 2), (2, 1)]
+        ev = job.events()
+        reasons = ev[(ev.kind == "change") & (ev.source == "policy:scale_workers")].reason
+        assert "trying 2" in reasons.iloc[0] and "back to 1" in reasons.iloc[1]
+        [p] = [p for p in job.policies() if p["name"] == "scale_workers"]
+        assert p["status"] == "active" and p["where"] == "job"
+        wait_for_step(job, int(job.status()["latest"]["step"]) + 40)
+        assert len(resizes()) == 2  # resting: no flapping
+    finally:
+        job.stop()
+        job.wait(60)
