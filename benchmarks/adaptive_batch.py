@@ -49,6 +49,9 @@ def main() -> None:
     ap.add_argument("--target-acc", type=float, default=0.75)
     ap.add_argument("--batches", default="32,64,128,256,512", help="static global batches")
     ap.add_argument("--max-batch", type=int, default=1024)
+    ap.add_argument("--start", type=int, default=None,
+                    help="adaptive's first batch (default: the smallest static one)")
+    ap.add_argument("--target", type=float, default=0.1, help="AdaptiveBatchSize(target=...)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--plot", type=Path, default=Path("benchmarks/out/adaptive_batch.svg"))
     a = ap.parse_args()
@@ -61,8 +64,10 @@ def main() -> None:
           f"fresh samples, one pass), the same lr 0.05 (momentum 0.9) in every run; "
           f"target validation accuracy {a.target_acc}\n", flush=True)
     runs = [(f"static {b}", ["--batch", str(b)]) for b in statics]
-    runs.append((f"adaptive {statics[0]}..{a.max_batch}",
-                 ["--batch", str(statics[0]), "--adaptive", "--max-batch", str(a.max_batch)]))
+    start = a.start or statics[0]
+    runs.append((f"adaptive {start}..{a.max_batch}",
+                 ["--batch", str(start), "--adaptive", "--max-batch", str(a.max_batch),
+                  "--target", str(a.target)]))
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
     for r in range(a.rounds):
         for label, args in runs if r % 2 == 0 else runs[::-1]:

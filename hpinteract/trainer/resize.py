@@ -131,6 +131,8 @@ def why_not_resizable(run: Run) -> str | None:
     if run._binding is None:
         return ("the script has not called run.watch(model, optimizer): there would be "
                 "nothing to checkpoint and resume")
+    if run.paused:
+        return "it is paused: resume it first (the resized job would start running)"
     spec = read_json(run.run_dir.job_file) or {}
     if "nproc" not in spec:
         return ("it was not started by hpi.launch or `hpinteract run`: nothing would "

@@ -93,7 +93,8 @@ def main(run_path: str) -> int:
         torchrun(parse_args(torchrun_argv(job, run_dir)))
         # A resize: the ranks checkpointed and left; the job goes on with the new number.
         while (record := take_record(run_dir)) is not None:
-            job["nproc"] = record["to"]
+            # The file as it is now (the launcher added the supervisor's pid after we read it).
+            job = {**(read_json(run_dir.job_file) or job), "nproc": record["to"]}
             atomic_write_json(run_dir.job_file, job)  # spec, jobs() and restarts see it
             os.environ[RESIZED_ENV] = relaunch_env(record)  # torchrun hands it to the ranks
             torchrun(parse_args(torchrun_argv(job, run_dir)))

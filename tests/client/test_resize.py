@@ -122,9 +122,13 @@ def test_sizes_the_job_cannot_take_are_refused_and_nothing_applies():
             job.set(workers="four")
         with pytest.raises(hpi.InvalidHParam, match="batch_size=18 cannot be shared by 4"):
             job.set(batch_size=18, workers=4)  # each alone would do: the pair is refused
+        job.pause()
+        with pytest.raises(hpi.InvalidHParam, match="it is paused: resume it first"):
+            job.resize(1)
+        job.resume()
         ev = job.events()
         rejected = ev[(ev.kind == "change") & (ev.status == "rejected")]
-        assert len(rejected) == 4
+        assert len(rejected) == 5
         assert not (ev.kind == "resize").any()
         assert job.status()["world_size"] == 2
         assert job.hparams["workers"] == 2 and job.hparams["batch_size"] == 16

@@ -388,7 +388,7 @@ def test_guard_exposes_snapshot_every():
 
 def test_registry_names_every_builtin():
     assert set(REGISTRY) == {"adaptive_batch", "warmup", "schedule", "reduce_on_plateau",
-                             "early_stopping", "divergence_guard"}
+                             "early_stopping", "divergence_guard", "scale_workers"}
     assert all(cls.name == name for name, cls in REGISTRY.items())
     p = create("adaptive_batch", {"max_batch": 1024})
     assert isinstance(p, AdaptiveBatchSize) and p.policy_name == "adaptive_batch"
