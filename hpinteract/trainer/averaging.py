@@ -46,27 +46,54 @@ def is_ddp(model: Any) -> bool:
     return hasattr(model, "require_backward_grad_sync") and hasattr(model, "no_sync")
 
 
-class ModelAveraging:
-    """The switch and the periodic averaging of one DDP model and its optimizer."""
+class SyncControl:
+    """A Run's ``sync``: what the watched DDP model and its optimizer do between steps."""
 
-    def __init__(self, model: Any, optimizer: Any, world: int) -> None:
-        self.model, self.optimizer, self.world = model, optimizer, world
-        self.active = False  # read on every step: one attribute, no call, in ssgd
+    def __init__(self, world: int) -> None:
+        self.world = world
+        self.model: Any = None  # the watched DDP model (None: not watched, or not DDP)
+        self.optimizer: Any = None
+        self.averaging = False  # read on every step: one attribute, no call, in ssgd
         self.averages = 0
 
+    def why_not(self, binding: Any) -> str | None:
+        """Rank 0's coordinator thread: why model averaging cannot be had, if so."""
+        if binding is None:
+            return "the script has not called run.watch(model, optimizer)"
+        if self.model is None:
+            return "the model given to run.watch is not a DistributedDataParallel"
+        return None
+
+    def watch(self, model: Any, optimizer: Any, mode: str) -> bool:
+        """At ``run.watch``: whether the model can average (then ``mode`` is in force)."""
+        if not is_ddp(model):
+            return False
+        self.model, self.optimizer = model, optimizer
+        self.switch(mode)
+        return True
+
+    def on_change(self, changed: dict[str, Any]) -> None:
+        """The store's effect, every rank at the same step boundary."""
+        if "sync" in changed:
+            self.switch(str(changed["sync"]))
+
+    def gns_every(self, hp: Mapping[str, Any]) -> int:
+        # The noise scale compares a rank's gradient with the all-reduced one: with model
+        # averaging there is no all-reduced gradient to compare with.
+        return 0 if self.averaging else int(hp["monitor_gns"])
+
     def switch(self, mode: str) -> None:
-        """Every rank, at the same step boundary."""
         local = mode == "model_averaging"
-        if local == self.active:
+        if local == self.averaging or self.model is None:
             return
         if not local:  # leaving: one model and one optimizer state again, on every rank
             self.average()
             self.average_optimizer_state()
-        self.active = local
+        self.averaging = local
         self.model.require_backward_grad_sync = not local
 
     def after_step(self, step: int, period: int) -> None:
-        """Every rank, after the optimizer step of ``step``, while active."""
+        """Every rank, after the optimizer step of ``step``, while averaging."""
         if (step + 1) % period == 0:
             self.average()
 

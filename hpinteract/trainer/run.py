@@ -16,14 +16,15 @@ import traceback
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from ..protocol.errors import ConfigError, InvalidHParam
-from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
+from ..protocol.errors import ConfigError
+from ..protocol.hparams import BUILTINS, HParam
 from ..protocol.rundir import RunDir
 from ..protocol.states import JobState
-from .averaging import ModelAveraging, is_ddp, sync_check
-from .batching import batch_constraint, plan_of
+from .averaging import SyncControl
+from .batching import plan_of
 from .boundary import Boundary
 from .coordinator import Coordinator
+from .declare import declare
 from .distributed import Topology, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
@@ -31,11 +32,10 @@ from .monitors import GNSMonitor, RankTimes
 from .nodes import node_count, share_connection
 from .record import step_record, user_metrics
 from .replay import ReplaySchedule
-from .resize import done_event, resized, why_not_resizable, workers_check, workers_spec
+from .resize import done_event, resized, why_not_resizable
 from .restart import attempt, restarts_left
 from .resume import Resume, restore
 from .sigterm import SigtermGuard
-from .store import HParamStore
 from .sync import StepSync
 
 log = logging.getLogger(__name__)
@@ -55,34 +55,13 @@ class Run:
         self.rank, self.world_size, self.device = topo.rank, topo.world_size, topo.device
         self.run_dir = run_dir
         self._group, self._sync = group, sync
-        declared = set(hparams) | set(specs)
-        for name in overrides:
-            if name not in declared and name not in BUILTINS:
-                raise InvalidHParam(
-                    f"launch override {name!r} is not a hyper-parameter of this script "
-                    f"(declared: {', '.join(sorted(declared)) or 'none'})", field=name)
-        # Resumed: the checkpoint's effective values replace the script's defaults, and this
-        # launch's overrides go on top (a name the script no longer declares is dropped).
-        carried = {n: v for n, v in (resume.hparams if resume else {}).items()
-                   if n in declared or n in BUILTINS}
-        self._explicit = declared | set(overrides) | set(carried)
-        self._carried = set(carried)
+        self._sync_control = SyncControl(self.world_size)
+        d = declare(hparams, specs, overrides, resume.hparams if resume else {},
+                    self.world_size, topo.devices, resizable=lambda: why_not_resizable(self),
+                    averaging=lambda: self._sync_control.why_not(self._binding))
+        self.store, self._explicit, self._carried = d.store, d.explicit, d.carried
         self._resume = resume
         self._resume_data = resume  # taken by the first loader
-        self.store = HParamStore(build_specs({**hparams, **carried, **overrides}, specs))
-        implied = MONITORS + (("lr_scaling",) if "batch_size" in self.store.specs else ())
-        for name in implied:
-            if name not in self.store.specs:
-                self.store.declare(name, BUILTINS[name])
-        self.store.add_constraint(batch_constraint(self.world_size))
-        # workers: this run's world, whatever a checkpoint carried; a change is a resize.
-        self.store.declare("workers", workers_spec(self.world_size, topo.devices))
-        self.store.add_constraint(workers_check(self.world_size,
-                                                lambda: why_not_resizable(self)))
-        self.store.add_constraint(sync_check(lambda: self._why_not_averaging))
-        self._averaging: ModelAveraging | None = None
-        if "batch_size" in self.store.view:
-            self.store.validate({"batch_size": self.store.view["batch_size"]})
         self.hp: Mapping[str, Any] = self.store.view
         self.micro_batch, self.accumulation = (
             plan_of(self.hp, self.world_size) if "batch_size" in self.hp else (0, 1))
@@ -158,14 +137,13 @@ class Run:
             # effective values win, so a resumed job never falls back to an old lr.
             binding.apply({n: self.store.view[n] for n in supported})
         self.store.add_effect(binding.apply)
-        if is_ddp(model):
-            self._averaging = ModelAveraging(model, optimizer, self.world_size)
-            self._averaging.switch(str(self.hp["sync"]))
-            self.store.add_effect(self._switch_sync)
+        if self._sync_control.watch(model, optimizer, str(self.hp["sync"])):
+            self.store.add_effect(self._sync_control.on_change)
         self._binding, self.model, self.optimizer = binding, model, optimizer
         self._gns = GNSMonitor(model, [p for p in model.parameters() if p.requires_grad],
                                self.world_size, self.rank)
-        self._gns.arm(self.step_index, self._gns_every(), self.accumulation)
+        self._gns.arm(self.step_index, self._sync_control.gns_every(self.hp),
+                           self.accumulation)
         self._replay_due()  # a resumed run's changes of its first step
         self._post_status()
         return model
@@ -269,11 +247,12 @@ class Run:
                 if (record := resized()) is not None and attempt() == 0:
                     self._coord.post("event", done_event(record, self.step_index,
                                                          self.world_size))
-        if self._averaging is not None and self._averaging.active:
-            self._averaging.after_step(self.step_index, int(self.hp["averaging_period"]))
+        if self._sync_control.averaging:
+            self._sync_control.after_step(self.step_index, int(self.hp["averaging_period"]))
         self.step_index += 1
         if self._gns is not None:
-            self._gns.arm(self.step_index, self._gns_every(), self.accumulation)
+            self._gns.arm(self.step_index, self._sync_control.gns_every(self.hp),
+                           self.accumulation)
         self._replay_due()  # where a sync point applied them the first time
         if self._sync.due():
             self._at_sync_point()
@@ -317,25 +296,6 @@ class Run:
     @property
     def _scheduler(self) -> Any:
         return self._binding.scheduler if self._binding is not None else None
-
-    @property
-    def _why_not_averaging(self) -> str | None:
-        if self._binding is None:
-            return "the script has not called run.watch(model, optimizer)"
-        if self._averaging is None:
-            return "the model given to run.watch is not a DistributedDataParallel"
-        return None
-
-    def _switch_sync(self, changed: dict[str, Any]) -> None:
-        if "sync" in changed and self._averaging is not None:
-            self._averaging.switch(str(changed["sync"]))
-
-    def _gns_every(self) -> int:
-        # The noise scale compares a rank's gradient with the all-reduced one: with model
-        # averaging there is no all-reduced gradient to compare with.
-        if self._averaging is not None and self._averaging.active:
-            return 0
-        return int(self.hp["monitor_gns"])
 
     def _noise_scale(self) -> float | None:
         return self._gns.estimator.simple() if self._gns is not None else None
