@@ -66,6 +66,7 @@ def test_a_job_resized_1_2_4_1_trains_as_if_it_had_not_been():
         world = recs[0]["world"]
         assert sorted(r["rank"] for r in recs) == list(range(world)), s
         assert all(r["world"] == world and len(r["idx"]) == BATCH // world for r in recs)
+        assert {(r["micro"], r["acc"]) for r in recs} == {(BATCH // world, 1)}  # re-planned
         assert {r["lr"] for r in recs} == {0.03}
         worlds.append(world)
     bounds = [a.applied_at_step for a in acks]
