@@ -28,8 +28,6 @@ from torch.distributed.algorithms.model_averaging.utils import average_parameter
 
 from ..protocol.errors import InvalidHParam
 
-MODES = ("ssgd", "model_averaging")
-
 
 def sync_check(why_not: Callable[[], str | None]) -> Callable[
         [dict[str, Any], Mapping[str, Any]], None]:
@@ -54,7 +52,6 @@ class SyncControl:
         self.model: Any = None  # the watched DDP model (None: not watched, or not DDP)
         self.optimizer: Any = None
         self.averaging = False  # read on every step: one attribute, no call, in ssgd
-        self.averages = 0
 
     def why_not(self, binding: Any) -> str | None:
         """Rank 0's coordinator thread: why model averaging cannot be had, if so."""
@@ -101,7 +98,6 @@ class SyncControl:
         if self.world > 1:
             average_parameters(iter([p for p in self.model.parameters() if p.requires_grad]),
                                dist.group.WORLD)
-            self.averages += 1
 
     def average_optimizer_state(self) -> None:
         if self.world == 1 or self.optimizer is None:
