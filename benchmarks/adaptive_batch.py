@@ -52,6 +52,7 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=None,
                     help="adaptive's first batch (default: the smallest static one)")
     ap.add_argument("--target", type=float, default=0.1, help="AdaptiveBatchSize(target=...)")
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the 262,144 samples")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--plot", type=Path, default=Path("benchmarks/out/adaptive_batch.svg"))
     a = ap.parse_args()
@@ -63,11 +64,11 @@ def main() -> None:
     print(f"adaptive batch: 2 ranks, gloo/CPU, teacher-student classification (262,144 "
           f"fresh samples, one pass), the same lr 0.05 (momentum 0.9) in every run; "
           f"target validation accuracy {a.target_acc}\n", flush=True)
-    runs = [(f"static {b}", ["--batch", str(b)]) for b in statics]
+    runs = [(f"static {b}", ["--batch", str(b), "--epochs", str(a.epochs)]) for b in statics]
     start = a.start or statics[0]
     runs.append((f"adaptive {start}..{a.max_batch}",
                  ["--batch", str(start), "--adaptive", "--max-batch", str(a.max_batch),
-                  "--target", str(a.target)]))
+                  "--target", str(a.target), "--epochs", str(a.epochs)]))
     results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
     for r in range(a.rounds):
         for label, args in runs if r % 2 == 0 else runs[::-1]:
