@@ -18,7 +18,7 @@ from .schedules import check_float, check_int, number
 
 class ScaleWorkers(Policy):
     """Multiply the ranks by ``factor`` while each step up raises the samples a second by at
-    least ``min_gain`` (a fraction), up to ``max_workers``; a step up that does not pays is
+    least ``min_gain`` (a fraction), up to ``max_workers``; a step up that does not pay is
     undone, and the policy rests. Each size is measured on the median of ``window`` steps,
     after ``settle`` steps of its own (a restarted job warms up)."""
 
