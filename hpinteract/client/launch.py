@@ -105,6 +105,11 @@ def launch(
     root = Path(home).expanduser() if home is not None else None
     old: dict[str, Any] = {}
     extra: dict[str, Any] = nodes_spec(nnodes, rdzv_endpoint, job_id, ip)
+    if extra.get("nnodes") and (max_restarts or resume is not None or replay is not None):
+        # Each rank finds its checkpoint in its own node's run directory, and only rank
+        # 0's node has them: the other nodes would start afresh, out of step.
+        raise ConfigError("restarts, resume= and replay= work on one node; a job on several "
+                          "nodes cannot use them yet")
     overrides = _checked_overrides(hparams)
     source = None
     if resume is not None and replay is not None:

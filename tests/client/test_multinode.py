@@ -61,6 +61,9 @@ def test_several_nodes_need_a_meeting_point_and_one_id(tmp_path):
         hpi.launch(TOY, nnodes=2, rdzv_endpoint="127.0.0.1:29400", home=tmp_path)
     with pytest.raises(ConfigError, match="give nnodes too"):
         hpi.launch(TOY, rdzv_endpoint="127.0.0.1:29400", home=tmp_path)
+    with pytest.raises(ConfigError, match="a job on several nodes cannot use them yet"):
+        hpi.launch(TOY, nnodes=2, rdzv_endpoint="127.0.0.1:29400", job_id="x",
+                   max_restarts=1, home=tmp_path)
     with pytest.raises(ConfigError, match="ip must be an IP address"):
         hpi.launch(TOY, ip="somewhere", home=tmp_path)
     assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
