@@ -125,3 +125,25 @@ def round_ratios(results: dict[str, list[dict[str, Any]]], base: str, v: str, ke
     """variant/base of ``key`` per round (base/variant for costs, ``invert``)."""
     return [(b[key] / x[key]) if invert else (x[key] / b[key])
             for b, x in zip(results[base], results[v], strict=True)]
+
+
+def wait_step(job: Any, step: int, timeout: float = 300.0) -> int:
+    """Block until the job has published ``step`` (returns the latest); exit the benchmark
+    with the job's state and logs if it ends or stalls first."""
+    deadline = time.monotonic() + timeout
+    while (latest := (job.status().get("latest") or {}).get("step", -1)) < step:
+        if time.monotonic() > deadline or job.state.terminal:
+            sys.exit(f"job {job.id} did not reach step {step}: {job.state.value}\n"
+                     f"{job.logs()[-3000:]}")
+        time.sleep(0.05)
+    return int(latest)
+
+
+def steps_per_s(job: Any, start: int, end: int, skip: int = 20) -> float:
+    """Steps a second over steps [start + skip, end) of the job's metrics log (``skip``: the
+    first steps after a start or a change, still warming up)."""
+    m = job.metrics()
+    seg = m[(m.step >= start + skip) & (m.step < end)]
+    if len(seg) < 2:
+        return float("nan")
+    return (len(seg) - 1) / float(seg.time.iloc[-1] - seg.time.iloc[0])

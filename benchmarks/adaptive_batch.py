@@ -69,23 +69,36 @@ def main() -> None:
     runs.append((f"adaptive {start}..{a.max_batch}",
                  ["--batch", str(start), "--adaptive", "--max-batch", str(a.max_batch),
                   "--target", str(a.target), "--epochs", str(a.epochs)]))
-    results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
-    for r in range(a.rounds):
+    report(a, statics, runs, run_rounds(runs, a.rounds, a.target_acc, home))
+
+
+Runs = list[tuple[str, list[str]]]
+Results = dict[str, list[dict[str, Any]]]
+
+
+def run_rounds(runs: Runs, rounds: int, target: float, home: Path) -> Results:
+    """Every run once a round, the order reversed every other round; each printed."""
+    results: Results = {label: [] for label, _ in runs}
+    for r in range(rounds):
         for label, args in runs if r % 2 == 0 else runs[::-1]:
             res = run_one(label, args, home)
             results[label].append(res)
-            tt = time_to(res["curve"], a.target_acc)
+            tt = time_to(res["curve"], target)
             print(f"round {r}  {label:<18} to target "
                   f"{f'{tt:.1f} s' if tt is not None else 'not reached':>12}  final acc "
                   f"{res['final']:.4f}  ({res['seconds']:.1f} s of training)", flush=True)
-    report(a, statics, runs, results)
+    return results
 
 
-def report(a: argparse.Namespace, statics: list[int], runs: list[tuple[str, list[str]]],
-           results: dict[str, list[dict[str, Any]]]) -> None:
+def median_time(results: Results, label: str, target: float) -> float | None:
+    """The median over rounds of the time to ``target``; None if a round missed it."""
+    times = [time_to(x["curve"], target) for x in results[label]]
+    return median([t for t in times if t is not None]) if None not in times else None
+
+
+def report(a: argparse.Namespace, statics: list[int], runs: Runs, results: Results) -> None:
     def med_time(label: str) -> float | None:
-        times = [time_to(x["curve"], a.target_acc) for x in results[label]]
-        return median([t for t in times if t is not None]) if None not in times else None
+        return median_time(results, label, a.target_acc)
 
     print(f"\n{'run':<20}{'time to ' + str(a.target_acc):>16}{'final acc':>11}"
           f"{'training s':>12}{'batches used':>24}   (medians over rounds)")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 
 def job() -> None:
@@ -48,20 +47,13 @@ def job() -> None:
     run.finish()
 
 
-def rate(job: object, start: int, end: int) -> float:
-    m = job.metrics()  # type: ignore[attr-defined]
-    seg = m[(m.step >= start + 5) & (m.step < end)]
-    return (len(seg) - 1) / float(seg.time.iloc[-1] - seg.time.iloc[0]) if len(seg) > 1 \
-        else float("nan")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpu", action="store_true", help="gloo ranks on CPU (a dry run)")
     ap.add_argument("--nproc", type=int, default=2)
     a = ap.parse_args()
     import torch
-    from _common import job_env, machine_facts, private_home
+    from _common import job_env, machine_facts, private_home, steps_per_s, wait_step
 
     import hpinteract as hpi
 
@@ -79,15 +71,7 @@ def main() -> int:
     failures: list[str] = []
     marks = [0]
 
-    def wait_step(step: int) -> int:
-        deadline = time.monotonic() + 300
-        while (latest := (job.status().get("latest") or {}).get("step", -1)) < step:
-            if time.monotonic() > deadline or job.state.terminal:
-                sys.exit(f"job stuck or ended: {job.state.value}\n{job.logs()[-3000:]}")
-            time.sleep(0.1)
-        return int(latest)
-
-    wait_step(30)
+    wait_step(job, 30)
     ack = job.set(lr=0.01)
     steps = job.applied_steps(ack.change_id, timeout=10)
     print(f"set lr=0.01: applied at step {ack.applied_at_step} on ranks {steps}")
@@ -95,17 +79,17 @@ def main() -> int:
         failures.append(f"lr applied at {steps}, acknowledged at {ack.applied_at_step}")
     marks.append(ack.applied_at_step)
     if n > 1:
-        wait_step(ack.applied_at_step + 60)
+        wait_step(job, ack.applied_at_step + 60)
         ma = job.set(sync="model_averaging", averaging_period=8)
-        wait_step(ma.applied_at_step + 60)
+        wait_step(job, ma.applied_at_step + 60)
         back = job.set(sync="ssgd")
         marks += [ma.applied_at_step, back.applied_at_step]
-        wait_step(back.applied_at_step + 60)
+        wait_step(job, back.applied_at_step + 60)
         down = job.resize(1)
-        wait_step(down.applied_at_step + 60)
+        wait_step(job, down.applied_at_step + 60)
         up = job.resize(n)
         marks += [down.applied_at_step, up.applied_at_step]
-        wait_step(up.applied_at_step + 60)
+        wait_step(job, up.applied_at_step + 60)
     job.stop()
     state = job.wait(120).value
     if state != "finished":
@@ -118,7 +102,7 @@ def main() -> int:
                   f"{d['first_step_s']:.2f})")
     ends = [*marks[1:], int(job.metrics().step.max()) + 1]
     names = ["start", "lr 0.01", "model averaging", "ssgd", "1 rank", f"{n} ranks"]
-    print("steps/s: " + ", ".join(f"{nm} {rate(job, s, e):.0f}"
+    print("steps/s: " + ", ".join(f"{nm} {steps_per_s(job, s, e, skip=5):.0f}"
                                   for nm, s, e in zip(names, marks, ends, strict=False)))
     print("\n" + ("checks passed" if not failures else "FAILED: " + "; ".join(failures)))
     return 1 if failures else 0

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import TRAIN, job_env, machine_facts, median, private_home
+from _common import TRAIN, job_env, machine_facts, median, private_home, steps_per_s, wait_step
 
 import hpinteract as hpi
 
@@ -40,30 +40,14 @@ ARGS = ["--mode", "hpi", "--steps", "0", "--warmup", "1000000000"]
 KUNGFU_1_TO_2_S = 20.0
 
 
-def first_step(job: hpi.Job, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not (job.status().get("latest") or {}).get("step", -1) >= 0:
-        if time.monotonic() > deadline or job.state.terminal:
-            raise SystemExit(f"job {job.id} did not step: {job.state.value}\n{job.logs()}")
-        time.sleep(0.01)
-
-
 def cold_start(n: int, home: Path) -> float:
     t = time.monotonic()
     job = hpi.launch(TRAIN, nproc=n, args=ARGS, env=job_env(), home=home)
-    first_step(job)
+    wait_step(job, 0, timeout=120)
     took = time.monotonic() - t
     job.stop()
     job.wait(60)
     return took
-
-
-def steps_per_s(job: hpi.Job, start: int, end: int) -> float:
-    m = job.metrics()
-    seg = m[(m.step >= start + 20) & (m.step < end)]
-    if len(seg) < 2:
-        return float("nan")
-    return (len(seg) - 1) / float(seg.time.iloc[-1] - seg.time.iloc[0])
 
 
 def main() -> None:
@@ -78,7 +62,7 @@ def main() -> None:
           f"{a.settle:g} s of training between resizes\n", flush=True)
 
     job = hpi.launch(TRAIN, nproc=sizes[0], args=ARGS, env=job_env(), home=home)
-    first_step(job)
+    wait_step(job, 0, timeout=120)
     rows: list[dict[str, Any]] = []
     starts = [0]
     for n in sizes[1:]:

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 from _common import machine_facts, median, private_home
-from adaptive_batch import run_one, time_to, write_svg
+from adaptive_batch import median_time, run_rounds, write_svg
 
 
 def main() -> None:
@@ -49,19 +48,10 @@ def main() -> None:
         b, period = pair.split("/")
         runs.append((f"averaging {b}/{period}", ["--batch", b, "--sync", "model_averaging",
                                                  "--period", period, *common]))
-    results: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
-    for r in range(a.rounds):
-        for label, args in runs if r % 2 == 0 else runs[::-1]:
-            res = run_one(label, args, home)
-            results[label].append(res)
-            tt = time_to(res["curve"], a.target_acc)
-            print(f"round {r}  {label:<18} to target "
-                  f"{f'{tt:.1f} s' if tt is not None else 'not reached':>12}  final acc "
-                  f"{res['final']:.4f}  ({res['seconds']:.1f} s of training)", flush=True)
+    results = run_rounds(runs, a.rounds, a.target_acc, home)
 
     def med_time(label: str) -> float | None:
-        times = [time_to(x["curve"], a.target_acc) for x in results[label]]
-        return median([t for t in times if t is not None]) if None not in times else None
+        return median_time(results, label, a.target_acc)
 
     print(f"\n{'run':<20}{'time to ' + str(a.target_acc):>16}{'final acc':>11}"
           f"{'training s':>12}   (medians over rounds)")

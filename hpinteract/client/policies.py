@@ -86,11 +86,12 @@ class ClientPolicies:
     def _main(self, since: int) -> None:
         try:
             for rec in self.job.stream(since=since, stop=self._stop):
-                if not self.set.hparams and "step" in rec:
-                    self._refresh()  # added before the job had posted its values
+                # Added before the job had posted its values, or the job was resized: its
+                # values and world size as the job has them now.
+                if (not self.set.hparams and "step" in rec) or (
+                        rec.get("kind") == "resize" and rec.get("status") == "done"):
+                    self._refresh()
                 with self._lock:
-                    if rec.get("kind") == "resize" and rec.get("status") == "done":
-                        self.set.world_size = int(rec.get("to") or self.set.world_size)
                     if rec.get("kind") == "change" and rec.get("status") == "applied":
                         self.set.on_applied(rec.get("values") or {}, str(rec.get("source")),
                                             int(rec.get("applied_at_step", 0)))
