@@ -17,8 +17,8 @@ samples the job evaluates on held-out data and reports ``val_acc`` and ``train_t
 ``--task quadratic`` is the noisy quadratic model of batch-size studies (McCandlish et al.
 2018, Zhang et al. 2019): least squares on 64 Gaussian features whose variances fall as
 1/i (an ill-conditioned Hessian, as deep networks' are), labels from a fixed linear teacher
-plus unit Gaussian noise, a linear model from zero. Its gradient noise scale starts near 50
-and grows by orders of magnitude as the error in the flat directions shrinks, and at a fixed
+plus unit Gaussian noise, a linear model from zero. Its gradient noise scale starts near 15
+and grows past 20,000 as the error in the flat directions shrinks, and at a fixed
 lr a batch of B leaves an error floor proportional to lr / B: early steps want small
 batches, the last digits of the loss large ones. It reports ``val_excess``, the population
 loss above the noise (exact, from the known teacher: lower is better).
