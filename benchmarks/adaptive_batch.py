@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ class Task:
     target: float  # AdaptiveBatchSize(target=...)
     cooldown: int
     smoothing: float  # gns_smoothing, the EMA factor of the noise scale's two sums
-    job_args: tuple[str, ...] = field(default=())
+    job_args: tuple[str, ...] = ()
     about: str = ""
 
 
@@ -108,9 +108,12 @@ def main() -> None:
     statics = [int(b) for b in (a.batches or task.batches).split(",")]
     if len(statics) < 4:
         ap.error("sweep at least four static batch sizes")
-    start, top = a.start or task.start, a.max_batch or task.max_batch
-    target, cooldown = a.target or task.target, a.cooldown or task.cooldown
-    smoothing = a.smoothing or task.smoothing
+    # ``is None``, not ``or``: --cooldown 0 and --smoothing 0 are values, not "unset".
+    start, top, target, cooldown, smoothing = (
+        default if given is None else given
+        for given, default in ((a.start, task.start), (a.max_batch, task.max_batch),
+                               (a.target, task.target), (a.cooldown, task.cooldown),
+                               (a.smoothing, task.smoothing)))
     home = private_home()
     print(machine_facts())
     print(f"adaptive batch: 2 ranks, gloo/CPU, {task.about}, the same in every run; target "
