@@ -60,6 +60,7 @@ bench: setup
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/latency.py
 	$(PY) benchmarks/monitor_overhead.py
+	$(PY) benchmarks/monitor_floor.py
 	$(PY) benchmarks/gns_accuracy.py
 	$(PY) benchmarks/adaptive_batch.py
 	$(PY) benchmarks/dashboard_open.py

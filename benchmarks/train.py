@@ -19,6 +19,7 @@ import os
 import threading
 import time
 
+import _models as models
 import torch
 import torch.distributed as dist
 from sklearn.datasets import load_digits
@@ -33,16 +34,13 @@ p.add_argument("--warmup", type=int, default=200, help="untimed steps first")
 p.add_argument("--batch", type=int, default=64, help="global batch")
 p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
-               help="mlp: 64-hidden-hidden-10 (about 300k weights, 300k multiply-adds a "
-                    "sample: the least compute per weight); cnn: two 3x3 convolutions over "
-                    "the 8x8 image and a linear head (60k weights, 1.2M multiply-adds a "
-                    "sample: a convolution's weights are used at every position)")
+               help="see models.build: mlp, the least compute per weight, or cnn")
 p.add_argument("--out", default=None, help="JSON file rank 0 writes its timing to")
 p.add_argument("--sync-every", type=int, default=None,
                help="hpi.init(sync_every=...): steps between control sync points (default auto)")
 a = p.parse_args()
 
-LR, MOMENTUM, SEED = 0.05, 0.9, 0
+LR, MOMENTUM, SEED = 0.05, 0.9, models.SEED
 
 
 def digits() -> TensorDataset:
@@ -51,13 +49,7 @@ def digits() -> TensorDataset:
 
 
 def make_model() -> nn.Module:
-    torch.manual_seed(SEED)
-    if a.model == "cnn":
-        return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1),
-                             nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-                             nn.Flatten(), nn.Linear(64 * 64, 10))
-    return nn.Sequential(nn.Linear(64, a.hidden), nn.ReLU(), nn.Linear(a.hidden, a.hidden),
-                         nn.ReLU(), nn.Linear(a.hidden, 10))
+    return models.build(a.model, a.hidden)
 
 
 def thread_cpu() -> dict[str, float]:

@@ -160,9 +160,18 @@ class GNSMonitor:
 
     def _own_big(self) -> Number:
         """|.grad|^2 over this rank's share: all of it with one rank."""
-        parts = [_sq(p.grad.detach(), part) for p, part in zip(self.params, self.shares,
-                                                                strict=True)
-                 if p.grad is not None]
+        grads = [p.grad for p in self.params]
+        if all(g is not None and _plain_cpu(g) for g in grads):
+            # The common case on CPU, without _sq's per-tensor checks and calls: half the
+            # time of this pass on the CNN's six small gradients (21 against 11 us).
+            total = 0.0
+            for g, part in zip(grads, self.shares, strict=True):
+                v = g.numpy().reshape(-1)
+                v = v if part is None else v[part]
+                total += float(np.dot(v, v))
+            return total
+        parts = [_sq(g.detach(), part) for g, part in zip(grads, self.shares, strict=True)
+                 if g is not None]
         return _total(parts)
 
     def step_done(self, step: int, batch: int, micro: int, accumulation: int,
@@ -228,6 +237,12 @@ class GNSMonitor:
 
     def _grads(self) -> list[Any]:
         return [p.grad.detach() for p in self.params if p.grad is not None]
+
+
+def _plain_cpu(t: Any) -> bool:
+    """A contiguous float32 CPU tensor outside autograd: numpy can view it as it is."""
+    return bool(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous()
+                and not t.requires_grad)
 
 
 def _sq(t: Any, part: slice | None = None) -> Number:
