@@ -8,15 +8,9 @@ Torch-free and zmq-free.
 from __future__ import annotations
 
 from .base import Change, Context, FunctionPolicy, Policy
-from .builtins import (
-    REGISTRY,
-    AdaptiveBatchSize,
-    DivergenceGuard,
-    EarlyStopping,
-    ReduceOnPlateau,
-    create,
-)
+from .builtins import REGISTRY, AdaptiveBatchSize, DivergenceGuard, create
 from .host import PolicySet
+from .plateau import EarlyStopping, ReduceOnPlateau
 from .resources import ScaleWorkers
 from .schedules import Schedule, Warmup
 

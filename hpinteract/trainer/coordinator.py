@@ -5,7 +5,8 @@ PUB for metrics and events) and the append-only logs. The training thread never 
 it: metrics go into a queue that this thread drains, logs and publishes; commands are
 validated here and queued for the next step boundary, where the training thread hands them
 to every rank with one collective and posts back the step at which they took effect. Only
-then does the client get its acknowledgement.
+then does the client get its acknowledgement. Requests are served by its base class,
+``RequestDesk`` (requests.py).
 """
 
 from __future__ import annotations
@@ -22,28 +23,26 @@ from typing import Any
 import zmq
 
 from ..protocol.connection import ConnectionInfo, new_key
-from ..protocol.errors import CheckpointError, HpiError, InvalidCommand, InvalidState
-from ..protocol.messages import Message, new_id
+from ..protocol.errors import CheckpointError, InvalidState
 from ..protocol.rundir import RunDir
-from ..protocol.states import ALLOWED, JobState
-from ..transport.control import ControlServer, Rejected
+from ..protocol.states import JobState
+from ..transport.control import ControlServer
 from ..transport.curve import ServerKeys, curve_wanted
 from ..transport.pubsub import Publisher
 from .checkpoint import CheckpointWriter, Written
-from .commands import Command, RateLimit, Replies, int_field, note_of, reason_of, source_of
+from .commands import Command, RateLimit, Replies
 from .journal import Journal
 from .nodes import advertised
 from .policy_host import JobPolicies
+from .requests import RequestDesk
 
 log = logging.getLogger(__name__)
 
 Validate = Callable[[dict[str, Any]], dict[str, Any]]
-HISTORY_PAGE = 20_000
 PERIODIC_SOURCE = "job:checkpoint_every"  # the source of periodic checkpoints
-POLICY_REQUESTS = ("policies", "add_policy", "remove_policy", "enable_policy")
 
 
-class Coordinator:
+class Coordinator(RequestDesk):
     def __init__(
         self, run_dir: RunDir, *, validate: Validate, world_size: int, ip: str = "127.0.0.1",
         policies: list[Any] | None = None, resumed: dict[str, Any] | None = None,
@@ -240,111 +239,6 @@ class Coordinator:
         self._record_event({**event, "status": "written", "file": str(w.path), "bytes": w.size})
         self._replies.finish(cmd.req_id, {"ok": True, "change_id": cmd.id, "state": "checkpoint",
                                           "applied_at_step": w.step, "path": str(w.path)})
-
-    # ---- requests ---------------------------------------------------------------------------
-    def _serve_one(self) -> None:
-        try:
-            identity, msg = self._server.recv()
-        except Rejected as exc:
-            log.warning("rejected a control message: %s", exc)
-            logged = self._security.allow()  # a flood is counted, not logged line by line
-            if logged:
-                self._record_event({"kind": "security", "status": "rejected",
-                                    "reason": str(exc), **self._security.suppressed()})
-            if logged or exc.signed:  # a key holder is always told what was wrong
-                self._server.reply(exc.identity, None,
-                                   {"ok": False, "error": exc.error.to_wire()}, exc.req_id)
-            return
-        if self._replies.retry(identity, msg):
-            return
-        try:
-            try:
-                reply = self._handle(identity, msg)
-            except HpiError:
-                raise
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError,
-                    RecursionError) as exc:
-                raise InvalidCommand(f"malformed {msg.type!r} request: {exc}") from None
-        except HpiError as exc:
-            if msg.type == "set":
-                self._record_event({
-                    "kind": "change", "id": new_id(), "source": source_of(msg),
-                    "values": msg.content.get("values"), "status": "rejected",
-                    "error": exc.message, "field": exc.field,
-                })
-            reply = {"ok": False, "error": exc.to_wire()}
-        if reply is not None:
-            self._server.reply(identity, msg, reply)
-
-    def _handle(self, identity: list[bytes], msg: Message) -> dict[str, Any] | None:
-        t = msg.type
-        if t in ("hello", "get", "status"):
-            j = self.journal
-            return {"ok": True, "job_id": self.run_dir.job_id, "state": j.state.value,
-                    "world_size": self.world_size, "latest": j.latest, **j.status}
-        if t == "history":
-            since = int_field(msg.content, "since", 0)
-            limit = max(1, min(int_field(msg.content, "limit", HISTORY_PAGE), HISTORY_PAGE))
-            records, more = self.journal.page(since, limit)
-            return {"ok": True, "records": records, "more": more, "head": self.journal.seq}
-        if t == "cancel":
-            return self._cancel(str(msg.content.get("req_id")))
-        if t in POLICY_REQUESTS:
-            return self.policies.handle(t, msg.content)
-        if t == "note":  # a client-side policy's decision or failure, for the events log
-            self._record_event(note_of(msg.content))
-            return {"ok": True}
-        if t not in ALLOWED:
-            raise InvalidCommand(f"unknown request type {t!r}")
-        if self._intended not in ALLOWED[t]:  # before validating: the state is the news
-            raise InvalidState(f"cannot {t} a job that is {self._intended.value}")
-        if t == "checkpoint" and not self.journal.status.get("watched"):
-            raise InvalidState("nothing to checkpoint: the script has not called "
-                               "run.watch(model, optimizer)")
-        values: dict[str, Any] = {}
-        if t == "set":
-            raw = msg.content.get("values")
-            if not isinstance(raw, dict):
-                raise InvalidCommand("set needs a 'values' object")
-            values = self._validate(raw)
-        cmd = Command(t, new_id(), source_of(msg), values, msg.header.req_id,
-                      reason=reason_of(msg.content))
-        if cmd.req_id is not None:
-            self._replies.wait(cmd.req_id, identity, msg)
-        self._enqueue(cmd)
-        return None  # answered once applied, with the step
-
-    def _enqueue(self, cmd: Command) -> None:
-        """Queue a validated command (a client's or a policy's) for the next step boundary."""
-        if cmd.op in ALLOWED and self._intended not in ALLOWED[cmd.op]:
-            raise InvalidState(f"cannot {cmd.op} a job that is {self._intended.value}")
-        self._intended = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
-                          "stop": JobState.STOPPING}.get(cmd.op, self._intended)
-        self._unapplied += 1
-        self.pending.append(cmd)
-        self.command_ready.set()
-
-    def _cancel(self, req_id: str) -> dict[str, Any]:
-        """A client gave up waiting: withdraw its command if it has not been taken yet, so
-        that a request that raised on the client never applies later."""
-        if req_id in self._replies.done:
-            return {"ok": True, "cancelled": False, "reply": self._replies.done[req_id]}
-        cmd = next((c for c in list(self.pending) if c.req_id == req_id), None)
-        if cmd is None:
-            return {"ok": True, "cancelled": False,
-                    "in_flight": req_id in self._replies.waiting}
-        try:
-            self.pending.remove(cmd)
-        except ValueError:  # the training thread took it a moment ago
-            return {"ok": True, "cancelled": False, "in_flight": True}
-        self._replies.waiting.pop(req_id, None)
-        self._unapplied -= 1
-        if self._unapplied == 0:
-            self._intended = self.journal.state
-        if cmd.op == "set":
-            self._record_event({"kind": "change", "id": cmd.id, "source": cmd.source,
-                                "values": cmd.values, "status": "cancelled"})
-        return {"ok": True, "cancelled": True}
 
     def _shutdown(self) -> None:
         state, error = self._final

@@ -242,11 +242,11 @@ BAD_REQUESTS: list[tuple[str, dict[str, Any], Expect]] = [
     ("history", {"since": True}, Expect(POLICY, None, "'since' must be an integer")),
     ("history", {"limit": 1.5}, Expect(POLICY, None, "'limit' must be an integer")),
 ]
-# KNOWN BUG (see test_huge_integers_get_a_clear_rejection): a float hyper-parameter (or a
-# policy's float parameter) given an int too large for a float raises OverflowError in
-# HParam._coerce (protocol/hparams.py, math.isfinite) or the policy's constructor; the
-# coordinator's _serve_one only turns ValueError/TypeError/KeyError/AttributeError into a
-# rejection, so the message gets no answer and no "rejected" event, only a traceback.
+# A bug this test found, since fixed (test_huge_integers_get_a_clear_rejection): a float
+# hyper-parameter (or a policy's float parameter) given an int too large for a float raised
+# OverflowError in HParam._coerce (protocol/hparams.py, math.isfinite) or the policy's
+# constructor, which the coordinator did not turn into a rejection: no answer, no
+# "rejected" event, only a traceback.
 HUGE_INTS: list[tuple[str, dict[str, Any], Expect]] = [
     ("set", {"values": {"lr": BIG}}, _bad("lr", "lr")),
     ("set", {"values": {"momentum": -BIG}}, _bad("momentum", "momentum")),
@@ -255,9 +255,10 @@ HUGE_INTS: list[tuple[str, dict[str, Any], Expect]] = [
     ("add_policy", {"name": "reduce_on_plateau", "params": {"factor": BIG}},
      Expect(POLICY, None, "factor")),
 ]
-# KNOWN BUG (see test_deeply_nested_json_is_rejected): signed JSON nested deeper than the
-# interpreter's recursion limit makes json.loads raise RecursionError, which Codec.unpack
-# (protocol/codec.py) does not catch: no rejection, no log line but a traceback.
+# A bug this test found, since fixed (test_deeply_nested_json_is_rejected): signed JSON
+# nested deeper than the interpreter's recursion limit made json.loads raise RecursionError,
+# which Codec.unpack (protocol/codec.py) did not catch: no rejection, no log line but a
+# traceback.
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 # Reasons of rejections on the codec's path (AuthError, ProtocolError), as the job words
@@ -496,7 +497,8 @@ def dropped_by_zeromq(info: ConnectionInfo, size: int) -> bool:
 
 def probes(f: Fuzzer) -> list[tuple[str, list[list[bytes]], list[Expect]]]:
     """Phase 1, one at a time (within the job's 30 answered rejections a minute): each
-    kind of codec rejection, the replay pair, and the known bugs, with their exact answer."""
+    kind of codec rejection, the replay pair, and the bugs it once found, with their exact
+    answer."""
     key = f.codec
     set_bad = {"values": {"lr": -1.0}}
     legit = key.pack(make_message("set", {"values": {"lr": 0.5}}, session="p", req_id=new_id()))
@@ -596,7 +598,7 @@ def barrage(job: hpi.Job, out: dict[str, Any]) -> None:
             sent[unit.category] += len(unit.frames)
             codec_reasons.update(unit.codec_reasons)
         out["huge int expect"], out["deep nesting expect"] = {}, {}
-        for _ in range(5):  # the known bugs, in the flood too
+        for _ in range(5):  # the bugs it once found, in the flood too
             for type_, content, exp in HUGE_INTS:
                 frames, req_id = f.request(type_, content)
                 units.insert(f.rng.randrange(len(units)), Unit("huge int (known bug)", [frames]))
@@ -721,7 +723,7 @@ def test_every_verified_message_gets_a_rejection_that_names_what_is_wrong(fuzzed
 def test_forged_malformed_replayed_and_stale_messages_are_refused_with_a_reason(fuzzed):
     for name, results in fuzzed["probes"].items():
         if name in ("huge int", "deep nesting", "NaN time"):
-            continue  # the known bugs have tests of their own
+            continue  # the bugs it once found have tests of their own
         assert results and all(r is None for r in results), (name, results)
     # In the flood, the codec's rejections are answered (the job's rate limit may drop
     # unsigned and forged ones, 30 a minute); what is answered says why.
@@ -779,15 +781,15 @@ def test_the_loss_at_every_step_is_that_of_an_undisturbed_run(fuzzed):
     assert ours == theirs
 
 
-# ---- known bugs: these fail until hpinteract is fixed -------------------------------------------
+# ---- bugs this test found, fixed: these keep them from coming back --------------------------
 
 
 def test_huge_integers_get_a_clear_rejection(fuzzed):
     """Was a bug (fixed): ``set lr=10**400`` (or momentum, dropout, gns_smoothing; or a policy's
-    float parameter) gets no answer at all: OverflowError from math.isfinite in
-    HParam._coerce (hpinteract/protocol/hparams.py) or the policy's check escapes
-    Coordinator._serve_one (hpinteract/trainer/coordinator.py), which only maps ValueError,
-    TypeError, KeyError and AttributeError to InvalidCommand; the cycle logs a traceback."""
+    float parameter) got no answer at all: OverflowError from math.isfinite in
+    HParam._coerce (hpinteract/protocol/hparams.py) or the policy's check escaped
+    RequestDesk._serve_one (hpinteract/trainer/requests.py), which mapped only ValueError,
+    TypeError, KeyError and AttributeError to InvalidCommand; the cycle logged a traceback."""
     assert fuzzed["probes"]["huge int"] == [None]
     by_id = {r["req_id"]: r for r in fuzzed["replies"] if r["req_id"]}
     wrong = [(exp, check(by_id.get(req_id), exp))
@@ -797,9 +799,9 @@ def test_huge_integers_get_a_clear_rejection(fuzzed):
 
 
 def test_deeply_nested_json_is_rejected(fuzzed):
-    """Was a bug (fixed): a signed message nested 100,000 deep gets no answer and is not logged as
-    rejected: json.loads raises RecursionError, which Codec.unpack
-    (hpinteract/protocol/codec.py) does not catch; Coordinator._main logs a traceback."""
+    """Was a bug (fixed): a signed message nested 100,000 deep got no answer and was not logged
+    as rejected: json.loads raised RecursionError, which Codec.unpack
+    (hpinteract/protocol/codec.py) did not catch; Coordinator._main logged a traceback."""
     _assert_refused(fuzzed["probe replies"]["deep nesting"])
 
 
