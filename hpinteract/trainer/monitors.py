@@ -1,10 +1,9 @@
-"""Training monitors: the gradient noise scale and per-rank step and data-wait times.
+"""The gradient noise scale monitor (per-rank step and data-wait times are rank_times.py's).
 
-Runs in: every rank's training thread (the noise scale partly inside autograd's backward,
-on the thread that runs it; rank 0 publishes). Each monitor is a
-hyper-parameter (``monitor_gns``, ``monitor_ranks``: every N steps, 0 for off), so every
-rank switches it at the same step, and whether a step is measured depends only on the step
-index: ranks never disagree on the size of a collective.
+Runs in: every rank's training thread (partly inside autograd's backward, on the thread
+that runs it; rank 0 publishes). It is a hyper-parameter (``monitor_gns``: every N steps,
+0 for off), so every rank switches it at the same step, and whether a step is measured
+depends only on the step index: ranks never disagree on the size of a collective.
 
 Noise scale (McCandlish et al. 2018; ALGORITHMS.md). The small batch is a micro-batch of
 one rank: a gradient hook on each parameter sees the rank's gradient before it is
@@ -303,39 +302,3 @@ def _num(v: Any) -> Number:
     if isinstance(v, torch.Tensor) and v.device.type == "cpu":
         return float(v)
     return v
-
-
-class RankTimes:
-    """Mean step and data-wait time of every rank since the last gather, so a straggler
-    shows. Gathered at a sync point (one small all-reduce every ``monitor_ranks`` steps)."""
-
-    def __init__(self, group: Any, world: int, rank: int) -> None:
-        self.group, self.world, self.rank = group, world, rank
-        self._step = self._data = 0.0
-        self._n = 0
-        self.last = 0
-
-    def add(self, step_time: float, data_time: float) -> None:
-        self._step += step_time
-        self._data += data_time
-        self._n += 1
-
-    def due(self, step: int, every: int) -> bool:
-        return every > 0 and step - self.last >= every
-
-    def gather(self, step: int) -> dict[str, float]:
-        t = torch.zeros(2 * self.world, dtype=torch.float64)
-        n = max(self._n, 1)
-        t[2 * self.rank], t[2 * self.rank + 1] = self._step / n, self._data / n
-        self._step = self._data = 0.0
-        self._n, self.last = 0, step
-        if self.world > 1:
-            dist.all_reduce(t, group=self.group)
-        values = t.tolist()
-        out = {}
-        for r in range(self.world):
-            out[f"step_time_r{r}"], out[f"data_time_r{r}"] = values[2 * r], values[2 * r + 1]
-        steps = sorted(values[0::2])
-        median = steps[len(steps) // 2]
-        out["straggler"] = steps[-1] / median if median > 0 else 1.0
-        return out

@@ -28,8 +28,9 @@ from .declare import declare
 from .distributed import Topology, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .loader import ONE, HpLoader, Micro
-from .monitors import GNSMonitor, RankTimes
+from .monitors import GNSMonitor
 from .nodes import node_count, share_connection
+from .rank_times import RankTimes
 from .record import step_record, user_metrics
 from .replay import ReplaySchedule
 from .resize import done_event, resized, why_not_resizable
