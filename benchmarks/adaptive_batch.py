@@ -103,7 +103,6 @@ def main() -> None:
     a = ap.parse_args()
     task = TASKS[a.task]
     a.goal = task.goal if a.goal is None else a.goal
-    a.higher, a.metric = task.higher, task.metric
     a.plot = a.plot or Path(f"benchmarks/out/adaptive_batch_{a.task}.svg")
     statics = [int(b) for b in (a.batches or task.batches).split(",")]
     if len(statics) < 4:
@@ -117,7 +116,7 @@ def main() -> None:
     home = private_home()
     print(machine_facts())
     print(f"adaptive batch: 2 ranks, gloo/CPU, {task.about}, the same in every run; target "
-          f"{a.metric} {'>=' if a.higher else '<='} {a.goal}; AdaptiveBatchSize(target="
+          f"{task.metric} {'>=' if task.higher else '<='} {a.goal}; AdaptiveBatchSize(target="
           f"{target}, cooldown {cooldown}, patience 3, every 10 steps; gns_smoothing "
           f"{smoothing}) from {start} up to {top}\n", flush=True)
     common = [*task.job_args, "--epochs", str(a.epochs)]
@@ -126,7 +125,7 @@ def main() -> None:
                  ["--batch", str(start), "--adaptive", "--max-batch", str(top),
                   "--target", str(target), "--cooldown", str(cooldown),
                   "--smoothing", str(smoothing), *common]))
-    report(a, runs, run_rounds(runs, a.rounds, a.goal, home, a.metric, a.higher))
+    report(a, task, runs, run_rounds(runs, a.rounds, a.goal, home, task.metric, task.higher))
 
 
 Runs = list[tuple[str, list[str]]]
@@ -155,19 +154,19 @@ def median_time(results: Results, label: str, target: float, higher: bool = True
     return median([t for t in times if t is not None]) if None not in times else None
 
 
-def report(a: argparse.Namespace, runs: Runs, results: Results) -> None:
+def report(a: argparse.Namespace, task: Task, runs: Runs, results: Results) -> None:
     def med_time(label: str) -> float | None:
-        return median_time(results, label, a.goal, a.higher)
+        return median_time(results, label, a.goal, task.higher)
 
     print(f"\n{'run':<20}{'time to ' + str(a.goal):>16}{'final':>11}"
-          f"{'training s':>12}{'batches used':>24}   (medians over rounds)")
+          f"{'training s':>12}  {'batches used'}   (medians over rounds)")
     for label, _ in runs:
         t = med_time(label)
         rs = results[label]
         used = ",".join(str(int(b)) for b in rs[0]["batches"])
         print(f"{label:<20}{(f'{t:.1f} s' if t is not None else 'not reached'):>16}"
               f"{median([x['final'] for x in rs]):>11.5g}"
-              f"{median([x['seconds'] for x in rs]):>12.1f}{used:>24}")
+              f"{median([x['seconds'] for x in rs]):>12.1f}  {used}")
     adaptive = runs[-1][0]
     t_ad = med_time(adaptive)
     reached = {label: t for label, _ in runs[:-1] if (t := med_time(label)) is not None}
@@ -185,13 +184,13 @@ def report(a: argparse.Namespace, runs: Runs, results: Results) -> None:
         ratio = reached[best] / t_ad
         # No worse: within one evaluation's noise (0.005) for an accuracy; a loss from the
         # known teacher has no evaluation noise.
-        no_worse = (final_ad >= final_small - 0.005 if a.higher else final_ad <= final_small)
+        no_worse = (final_ad >= final_small - 0.005 if task.higher else final_ad <= final_small)
         ok = ratio >= GOAL and no_worse
         print(f"\nbest static: {best} ({reached[best]:.2f} s); adaptive {t_ad:.2f} s: "
-              f"{ratio:.2f}x (goal >= {GOAL}x); final {a.metric} adaptive {final_ad:.5g} vs "
+              f"{ratio:.2f}x (goal >= {GOAL}x); final {task.metric} adaptive {final_ad:.5g} vs "
               f"smallest batch {final_small:.5g} -> goal {'met' if ok else 'NOT met'}")
     write_svg(a.plot, a.goal, [(label, results[label][0]["curve"]) for label, _ in runs],
-              a.metric, log=not a.higher)
+              task.metric, log=not task.higher)
     print(f"plot: {a.plot}")
 
 
