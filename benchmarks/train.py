@@ -34,7 +34,7 @@ p.add_argument("--warmup", type=int, default=200, help="untimed steps first")
 p.add_argument("--batch", type=int, default=64, help="global batch")
 p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
-               help="see models.build: mlp, the least compute per weight, or cnn")
+               help="see _models.build: mlp, the least compute per weight, or cnn")
 p.add_argument("--out", default=None, help="JSON file rank 0 writes its timing to")
 p.add_argument("--sync-every", type=int, default=None,
                help="hpi.init(sync_every=...): steps between control sync points (default auto)")
