@@ -4,7 +4,8 @@ Runs in: any Python process (notebook kernel, CLI, server extension). Never impo
 so a notebook attaches in milliseconds.
 """
 
+from .catalog import JobSummary, attach, jobs
 from .job import Ack, Job, JobError
-from .launch import JobSummary, attach, jobs, launch
+from .launch import launch
 
 __all__ = ["Ack", "Job", "JobError", "JobSummary", "attach", "jobs", "launch"]

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import _kind_of
@@ -25,7 +25,6 @@ from ..protocol.rundir import (
     RunDir,
     atomic_write_json,
     find_run_dir,
-    iter_run_dirs,
     read_json,
 )
 from .job import Job
@@ -278,30 +277,3 @@ def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,
         )
     atomic_write_json(run_dir.job_file, {**spec, "supervisor_pid": proc.pid})
     return Job(run_dir, proc)
-
-
-def attach(job: str = "latest", *, home: str | os.PathLike[str] | None = None) -> Job:
-    """A Job for an existing run: its id, a unique id prefix, ``"latest"`` or its path."""
-    return Job(find_run_dir(job, Path(home).expanduser() if home is not None else None))
-
-
-class JobSummary(NamedTuple):
-    id: str
-    state: str
-    script: str
-    nproc: int | None
-    step: int | None
-    created: float | None
-
-
-def jobs(*, home: str | os.PathLike[str] | None = None) -> list[JobSummary]:
-    """Every job under the home directory, oldest first, with its state."""
-    out = []
-    for rd in iter_run_dirs(Path(home).expanduser() if home is not None else None):
-        job = Job(rd)
-        spec = job.spec
-        st = read_json(rd.state_file) or {}
-        out.append(JobSummary(rd.job_id, job.state.value, spec.get("script", "?"),
-                              spec.get("nproc", st.get("world_size")), st.get("step"),
-                              spec.get("created")))
-    return out
