@@ -6,6 +6,7 @@ single process). Imports torch, unlike _common.py, which the driver processes im
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 SEED = 0
@@ -16,8 +17,6 @@ def build(kind: str, hidden: int = 512) -> nn.Module:
     least compute per weight); ``cnn``: two 3x3 convolutions over the 8x8 image and a linear
     head (60k weights, 1.2M multiply-adds a sample: a convolution's weights are used at
     every position). Built from the same seed, so every run starts from the same weights."""
-    import torch
-
     torch.manual_seed(SEED)
     if kind == "cnn":
         return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 32, 3, padding=1),

@@ -17,7 +17,6 @@ import os
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -34,11 +33,10 @@ from .commands import Command, RateLimit, Replies
 from .journal import Journal
 from .nodes import advertised
 from .policy_host import JobPolicies
-from .requests import RequestDesk
+from .requests import RequestDesk, Validate
 
 log = logging.getLogger(__name__)
 
-Validate = Callable[[dict[str, Any]], dict[str, Any]]
 PERIODIC_SOURCE = "job:checkpoint_every"  # the source of periodic checkpoints
 
 

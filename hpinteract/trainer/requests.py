@@ -26,6 +26,7 @@ from .policy_host import JobPolicies
 
 log = logging.getLogger(__name__)
 
+Validate = Callable[[dict[str, Any]], dict[str, Any]]  # the job's hyper-parameter check
 HISTORY_PAGE = 20_000
 POLICY_REQUESTS = ("policies", "add_policy", "remove_policy", "enable_policy")
 
@@ -42,7 +43,7 @@ class RequestDesk:
     _server: ControlServer
     _security: RateLimit
     _replies: Replies
-    _validate: Callable[[dict[str, Any]], dict[str, Any]]
+    _validate: Validate
     _intended: JobState  # the state once queued commands have applied
     _unapplied: int  # commands queued or taken by the training thread, not yet applied
 
