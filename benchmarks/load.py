@@ -87,7 +87,8 @@ from hpinteract.client import history
 from hpinteract.client.bulk import last_record
 
 GOAL = 0.90
-VARIANTS = ("idle", "load", "stuck", "shared")
+VARIANTS = ("idle", "load", "stuck", "shared", "idle-thread", "load-thread")
+THREAD = "-thread"  # the same, with the coordinator a thread of rank 0 (not its own process)
 LRS = (0.05, 0.045)  # train.py starts at 0.05
 SOURCE = "bench-load"
 LIVE_S = 1.0  # a record that arrives within this of its time is live, not history
@@ -370,14 +371,22 @@ def idle_of(a: argparse.Namespace, v: str) -> bool:
     return v != "shared" and a.client_priority == "idle"
 
 
+def kind_of(v: str) -> str:
+    return v.removesuffix(THREAD)
+
+
+def env_of(v: str) -> dict[str, str]:
+    return {**job_env(), "HPINTERACT_COORDINATOR": "thread" if v.endswith(THREAD) else "process"}
+
+
 def run_once(a: argparse.Namespace, v: str, home: Path) -> dict[str, Any]:
     deadline = time.monotonic() + a.timeout
     out = OUT / f"load-{v}-job.json"
     out.unlink(missing_ok=True)
-    job = hpi.launch(TRAIN, nproc=a.nproc, env=job_env(), home=home,
+    job = hpi.launch(TRAIN, nproc=a.nproc, env=env_of(v), home=home,
                      args=["--mode", "hpi", "--steps", "0", "--warmup", str(a.warmup),
                            "--out", str(out)])
-    kinds = ([] if v == "idle" else ["stream"] * a.subscribers) + \
+    kinds = ([] if kind_of(v) == "idle" else ["stream"] * a.subscribers) + \
             (["slow", "stuck"] if v == "stuck" else [])
     clients = Clients(a, job.id, home, kinds, idle_of(a, v)) if kinds else None
     try:
@@ -412,7 +421,7 @@ def measure(a: argparse.Namespace, v: str, job: Any, clients: Clients | None, ho
         sys.exit(f"{v}: only {len(clients.live)} of {len(clients.kinds)} clients went live")
     time.sleep(a.settle)  # the clients' start-up and first catch-up are over
 
-    setter_job = hpi.attach(job.id, home=home) if v != "idle" else None
+    setter_job = hpi.attach(job.id, home=home) if kind_of(v) != "idle" else None
     job_pids = tree(job._proc.pid)
     client_pids = clients.pids() if clients else []
     c0 = (cpu_s(job_pids), cpu_s(client_pids), time.process_time(), machine_busy_s())
@@ -674,15 +683,23 @@ def main() -> None:
 
 def report(a: argparse.Namespace, variants: list[str],
            results: dict[str, list[dict[str, Any]]], took: float) -> None:
-    base, others = variants[0], variants[1:]
-    tput = {v: round_ratios(results, base, v, "steps_per_s") for v in others}
-    typical = {v: round_ratios(results, base, v, "p50_step_ms", invert=True) for v in others}
+    first, others = variants[0], variants[1:]
+
+    def base_of(v: str) -> str:  # a thread variant against the idle thread one, if run
+        return f"idle{THREAD}" if v.endswith(THREAD) and v != f"idle{THREAD}" and \
+            f"idle{THREAD}" in variants else first
+
+    tput = {v: round_ratios(results, base_of(v), v, "steps_per_s") for v in others}
+    typical = {v: round_ratios(results, base_of(v), v, "p50_step_ms", invert=True)
+               for v in others}
     print(f"\n{'round':<6}" + "".join(f"{v + ' steps/s':>16}" for v in variants)
-          + "".join(f"{v + '/' + base:>14}" for v in others))
+          + "".join(f"{v + '/' + base_of(v):>{max(14, len(v + base_of(v)) + 3)}}"
+                    for v in others))
     for r in range(a.rounds):
         print(f"{r:<6}" + "".join(f"{results[v][r]['steps_per_s']:>16.1f}" for v in variants)
-              + "".join(f"{tput[v][r]:>14.4f}" for v in others))
-    print(f"\n{'variant':<8}{'steps/s':>9}{'p50 ms':>8}{'p99 ms':>8}{'job CPU':>9}"
+              + "".join(f"{tput[v][r]:>{max(14, len(v + base_of(v)) + 3)}.4f}"
+                        for v in others))
+    print(f"\n{'variant':<12}{'steps/s':>9}{'p50 ms':>8}{'p99 ms':>8}{'job CPU':>9}"
           f"{'clients':>9}{'driver':>8}{'rest':>7}{'steal':>7}{'job CPU ms/step':>17}"
           "   (medians over rounds; CPU in cores)")
     for v in variants:
@@ -694,7 +711,7 @@ def report(a: argparse.Namespace, variants: list[str],
         def core(k: str, rs: list[dict[str, Any]] = rs) -> float:
             return median([x["cpu_cores"][k] for x in rs])
 
-        print(f"{v:<8}{med('steps_per_s'):>9.1f}{med('p50_step_ms'):>8.2f}"
+        print(f"{v:<12}{med('steps_per_s'):>9.1f}{med('p50_step_ms'):>8.2f}"
               f"{med('p99_step_ms'):>8.2f}{core('job'):>9.2f}{core('clients'):>9.2f}"
               f"{core('driver'):>8.2f}{core('others'):>7.2f}{core('steal'):>7.2f}"
               f"{med('job_cpu_ms_per_step'):>17.2f}")
@@ -702,17 +719,17 @@ def report(a: argparse.Namespace, variants: list[str],
           "other work, the kernel's included)")
     groups = [g for g in CPU_GROUPS if g != "client"]
     print("\nThe job's CPU ms per step by thread, both ranks, from warm-up to the stop "
-          "(train.py --out; medians):\n" f"{'variant':<8}" + "".join(f"{g:>17}" for g in groups))
+          "(train.py --out; medians):\n" f"{'variant':<12}" + "".join(f"{g:>17}" for g in groups))
     for v in variants:
         by = [cpu_groups(x) for x in results[v] if "rank_threads_ms_per_step" in x]
         if by:
-            print(f"{v:<8}" + "".join(f"{median([b.get(g, 0.0) for b in by]):>17.3f}"
+            print(f"{v:<12}" + "".join(f"{median([b.get(g, 0.0) for b in by]):>17.3f}"
                                       for g in groups))
     summary: dict[str, Any] = {"args": vars(a), "results": results, "ratios": {},
                                "took_s": took}
     print()
     for v in others:
-        t, p = tput[v], typical[v]
+        t, p, base = tput[v], typical[v], base_of(v)
         summary["ratios"][v] = {"median": median(t), "min": min(t), "max": max(t),
                                 "p50_step": median(p)}
         verdict = "meets" if median(t) >= GOAL else "MISSES"

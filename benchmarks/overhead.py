@@ -15,7 +15,9 @@ data, batch, loop and seed; see train.py):
 - diagnostics, not run by default: ``hpi-sync1``, hpi with a control sync at every step
   (``hpi.init(sync_every=1)``); ``hpi-nostream``, the hpi job with nobody subscribed;
   ``plain-launch``, the plain script started by ``hpi.launch`` (supervisor, torchrun's log
-  redirection, bootstrap) without ``hpi.init``: it separates launcher from library costs.
+  redirection, bootstrap) without ``hpi.init``: it separates launcher from library costs;
+  ``hpi-thread``, hpi with the coordinator a thread of rank 0 (HPINTERACT_COORDINATOR=
+  thread) instead of a process of its own.
 
 Usage: .venv/bin/python benchmarks/overhead.py [--steps 1500] [--rounds 4] [--nproc 2]
        [--variants plain,hpi,hpi-nostream,plain-launch,hpi-sync1]
@@ -48,7 +50,7 @@ from _common import (
 import hpinteract as hpi
 
 GOAL = 0.98
-VARIANTS = ("plain", "hpi", "hpi-nostream", "plain-launch", "hpi-sync1")
+VARIANTS = ("plain", "hpi", "hpi-nostream", "plain-launch", "hpi-sync1", "hpi-thread")
 TEARDOWN_FAILURES: list[str] = []
 
 
@@ -77,15 +79,15 @@ def ended(what: str, out: Path, logs: str) -> None:
 
 
 def run_hpi(a: argparse.Namespace, out: Path, home: Path, stream: bool, mode: str = "hpi",
-            extra: tuple[str, ...] = (), hparams: dict[str, Any] | None = None
-            ) -> dict[str, Any]:
+            extra: tuple[str, ...] = (), hparams: dict[str, Any] | None = None,
+            coordinator: str = "process") -> dict[str, Any]:
     """One ``hpi.launch`` run of train.py; ``hparams`` go to launch as overrides. The
     record is rank 0's timing plus the job's id (``job_id``) and, with ``stream``, the
     subscriber's figures."""
     args = ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
             "--out", str(out), *extra]
-    job = hpi.launch(TRAIN, nproc=a.nproc, hparams=hparams, args=args, env=job_env(),
-                     home=home)
+    job = hpi.launch(TRAIN, nproc=a.nproc, hparams=hparams, args=args, home=home,
+                     env={**job_env(), "HPINTERACT_COORDINATOR": coordinator})
     watcher = StreamWatcher(hpi.attach(job.id, home=home)) if stream else None
     if watcher is not None:
         watcher.start()
@@ -116,12 +118,16 @@ def cpu_groups(rec: dict[str, Any]) -> dict[str, float]:
     for threads in rec.get("rank_threads_ms_per_step", []):
         for name, ms in threads.items():
             g = name if name in ("training thread", "hpi-coordinator") else \
+                "hpi-link" if name.startswith("hpi-link") else \
                 "gloo" if "gloo" in name else "zmq I/O" if name.startswith("ZMQ") else "other"
             out[g] = out.get(g, 0.0) + ms
     return out
 
 
-CPU_GROUPS = ("training thread", "hpi-coordinator", "gloo", "zmq I/O", "other", "client")
+# hpi-coordinator: the thread, or the process of its own (its zmq I/O thread included);
+# hpi-link: rank 0's two threads that talk to that process.
+CPU_GROUPS = ("training thread", "hpi-coordinator", "hpi-link", "gloo", "zmq I/O", "other",
+              "client")
 
 
 def print_cpu_groups(variants: list[str], results: dict[str, list[dict[str, Any]]]) -> None:
@@ -168,6 +174,8 @@ def main() -> None:
                 rec = run_hpi(a, out, home, stream=False, mode="plain")
             elif v == "hpi-sync1":  # a control sync at every step: the latency-first setting
                 rec = run_hpi(a, out, home, stream=True, extra=("--sync-every", "1"))
+            elif v == "hpi-thread":  # the coordinator as a thread of rank 0
+                rec = run_hpi(a, out, home, stream=True, coordinator="thread")
             else:
                 rec = run_hpi(a, out, home, stream=(v == "hpi"))
             results[v].append(rec)

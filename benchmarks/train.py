@@ -71,6 +71,17 @@ def thread_cpu() -> dict[str, float]:
         name = names.get(int(tid)) or stat[stat.index("(") + 1 : stat.rindex(")")]
         name = "training thread" if name == "MainThread" else name
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    # Rank 0's coordinator process (a child of this one; all its threads together).
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if pid.isdigit() and int(fields[1]) == os.getpid() and "hpi-coordinator" in stat:
+            out["hpi-coordinator"] = out.get("hpi-coordinator", 0.0) + (
+                int(fields[11]) + int(fields[12])) / tick
     return out
 
 

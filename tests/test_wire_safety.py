@@ -9,8 +9,9 @@ from pathlib import Path
 
 PKG = Path(__file__).parents[1] / "hpinteract"
 WIRE = [*PKG.glob("protocol/*.py"), *PKG.glob("transport/*.py"), *PKG.glob("server/*.py"),
-        *(PKG / "trainer" / n for n in ("coordinator.py", "commands.py", "journal.py",
-                                        "policy_host.py", "boundary.py")),
+        *(PKG / "trainer" / n for n in ("coordinator.py", "requests.py", "commands.py",
+                                        "journal.py", "policy_host.py", "boundary.py",
+                                        "link.py", "forked.py", "control_process.py")),
         *(PKG / "client" / n for n in ("job.py", "stream.py", "history.py", "policies.py"))]
 UNSAFE_MODULES = {"pickle", "cloudpickle", "dill", "marshal", "shelve", "joblib", "yaml"}
 UNSAFE_CALLS = {"eval", "exec", "compile", "__import__"}

@@ -1,7 +1,7 @@
 """Policies: hooks that read a job's metrics and return changes, the host that runs them, and
 the built-ins (``create("adaptive_batch", {"max_batch": 1024})``).
 
-Runs in: whichever process hosts it: rank 0's coordinator thread for built-ins, or a client.
+Runs in: whichever process hosts it: rank 0's coordinator for built-ins, or a client.
 Torch-free and zmq-free.
 """
 

@@ -1,6 +1,6 @@
 """The ``Policy`` contract: hooks that read a job's metrics and *return* changes.
 
-Runs in: whichever process hosts the policy: rank 0's coordinator thread for built-ins (see
+Runs in: whichever process hosts the policy: rank 0's coordinator for built-ins (see
 ``hpinteract.trainer.policy_host``), or a client process for a notebook's own policy (see
 ``hpinteract.client.policies``). Torch-free: monitors hand policies plain numbers. A policy
 never applies anything itself; its host sends what it returns through the job's one

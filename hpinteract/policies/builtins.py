@@ -2,7 +2,7 @@
 plateau.py, the schedules in schedules.py) and the registry that builds any built-in from a
 name and JSON parameters.
 
-Runs in: whichever process hosts it: rank 0's coordinator thread for built-ins, or a client.
+Runs in: whichever process hosts it: rank 0's coordinator for built-ins, or a client.
 Torch-free: it reads the plain numbers of metric records and returns changes.
 """
 

@@ -1,6 +1,6 @@
 """``PolicySet``: runs policies' hooks on a stream of records and keeps their bookkeeping.
 
-Runs in: the process hosting the policies (rank 0's coordinator thread, or a client's policy
+Runs in: the process hosting the policies (rank 0's coordinator, or a client's policy
 thread). It decides *when* each hook is called and what a hook's failure or a person's
 change means for a policy; the caller decides what to do with the changes it returns
 (queue them for the next step boundary, or ``job.set`` them) and records the notices.

@@ -1,7 +1,7 @@
 """Policies that watch one metric for a lack of improvement: ReduceOnPlateau lowers lr,
 EarlyStopping stops the job.
 
-Runs in: whichever process hosts it: rank 0's coordinator thread for built-ins, or a client.
+Runs in: whichever process hosts it: rank 0's coordinator for built-ins, or a client.
 Torch-free: it reads the plain numbers of metric records and returns changes.
 """
 

@@ -1,6 +1,6 @@
 """A resource policy: add ranks while throughput scales (after KungFu's).
 
-Runs in: whichever process hosts it (rank 0's coordinator thread when added by name, or a
+Runs in: whichever process hosts it (rank 0's coordinator when added by name, or a
 client). Torch-free: it reads ``samples_per_s`` from the metric records and returns
 ``workers`` changes, which resize the job through the usual path (trainer/resize.py).
 """

@@ -1,7 +1,7 @@
 """Learning-rate schedules as policies (``Warmup``, ``Schedule``) and the argument checks of
 every built-in policy.
 
-Runs in: whichever process hosts it: rank 0's coordinator thread for built-ins, or a client.
+Runs in: whichever process hosts it: rank 0's coordinator for built-ins, or a client.
 Torch-free. The schedules are multiplicative: they scale whatever lr the job has now by the
 ratio of their new factor to the one they applied last, so a live edit (after ``enable``),
 ``lr_scaling`` and another schedule compose with them instead of being overwritten.

@@ -1,7 +1,7 @@
 """The metrics log's columnar copy: one binary file per metric, so that a client opens a
 1,000,000-step history by reading arrays instead of decoding a million JSON lines.
 
-Runs in: rank 0's coordinator thread (``ColumnWriter``, next to the JSON-lines log, which
+Runs in: rank 0's coordinator (``ColumnWriter``, next to the JSON-lines log, which
 stays the source of truth) and clients (``read_columns``). Layout, under the run
 directory's ``columns/`` (owner-only):
 

@@ -1,7 +1,7 @@
 """Synchronisation as a hyper-parameter: ``sync`` = ``ssgd`` | ``model_averaging``.
 
 Runs in: every rank's training thread (the switch at a step boundary, the averaging after an
-optimizer step); rank 0's coordinator thread (the constraint, when a change is validated).
+optimizer step); rank 0's coordinator (the constraint, when a change is validated).
 
 - ``ssgd``: DDP as the script made it, its gradient all-reduce in every backward.
 - ``model_averaging`` (CROSSBOW's and KungFu's model averaging; post-local SGD): every rank
@@ -54,7 +54,7 @@ class SyncControl:
         self.averaging = False  # read on every step: one attribute, no call, in ssgd
 
     def why_not(self, binding: Any) -> str | None:
-        """Rank 0's coordinator thread: why model averaging cannot be had, if so."""
+        """Rank 0, for validation (see Run._facts): why model averaging cannot be had, if so."""
         if binding is None:
             return "the script has not called run.watch(model, optimizer)"
         if self.model is None:

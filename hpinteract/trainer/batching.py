@@ -1,7 +1,7 @@
 """How the global batch maps onto ranks, micro-batches and gradient accumulation.
 
 Runs in: every rank's training thread (the loader's plan, ``run.backward``) and rank 0's
-coordinator thread (the constraint, when a change is validated).
+coordinator (the constraint, when a change is validated).
 
 ``batch_size`` is the global batch, whatever the number of ranks. Without ``micro_batch``
 each rank takes ``batch_size / world`` samples in one forward/backward; with it, the rank's

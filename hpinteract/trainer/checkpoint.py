@@ -2,8 +2,9 @@
 
 Runs in: rank 0. At a sync point the training thread takes a CPU copy of the model,
 optimizer, scheduler, loader position and effective hyper-parameters (``capture``); the
-coordinator thread adds what it owns (the policies' state and the change history) and hands
-the whole to a ``CheckpointWriter`` thread, which serialises it with ``torch.save``. The
+coordinator adds what it owns (the policies' state and the change history: a coordinator
+process sends them, control_process.py) and the whole goes to a ``CheckpointWriter``
+thread of rank 0, which serialises it with ``torch.save``. The
 training loop pays for one copy of the state, not for the disk.
 
 Under DDP every rank holds the same parameters and optimizer state, so rank 0's copy is the
@@ -96,7 +97,7 @@ def _numpy_rng(np: Any) -> dict[str, Any]:
 
 @dataclass
 class Written:
-    """The outcome of one write, handed back to the coordinator thread."""
+    """The outcome of one write, handed back to the coordinator."""
 
     token: Any  # the coordinator's own (the command it answers)
     step: int

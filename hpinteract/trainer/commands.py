@@ -1,6 +1,6 @@
 """Commands waiting for a step boundary, and small helpers of the coordinator's requests.
 
-Runs in: rank 0's coordinator thread (and the training thread, which takes the commands).
+Runs in: rank 0's coordinator (and the training thread, which takes the commands).
 """
 
 from __future__ import annotations
@@ -35,6 +35,18 @@ class Command:
         if self.extra:
             wire["extra"] = self.extra
         return wire
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field, for the link between rank 0 and a coordinator process of its own."""
+        return {"op": self.op, "id": self.id, "source": self.source, "values": self.values,
+                "req_id": self.req_id, "reason": self.reason, "extra": self.extra,
+                "tracked": self.tracked}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Command:
+        return cls(str(data["op"]), str(data["id"]), str(data["source"]),
+                   dict(data["values"]), data["req_id"], str(data["reason"]),
+                   dict(data["extra"]), bool(data["tracked"]))
 
 
 Send = Callable[[list[bytes], Message, dict[str, Any]], None]

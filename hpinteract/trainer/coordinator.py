@@ -1,12 +1,14 @@
 """Rank 0's coordinator: the job's control endpoint, metrics publisher and run log writer.
 
-Runs in: a daemon thread of rank 0. It owns every socket of the job (ROUTER for control,
-PUB for metrics and events) and the append-only logs. The training thread never blocks on
-it: metrics go into a queue that this thread drains, logs and publishes; commands are
-validated here and queued for the next step boundary, where the training thread hands them
-to every rank with one collective and posts back the step at which they took effect. Only
-then does the client get its acknowledgement. Requests are served by its base class,
-``RequestDesk`` (requests.py).
+Runs in: a process of its own, forked from rank 0 (forked.py, control_process.py), or with
+``HPINTERACT_COORDINATOR=thread`` a daemon thread of rank 0; "this thread" below is
+whichever runs it, and "the training thread" is rank 0's. It owns every socket of the job
+(ROUTER for control, PUB for metrics and events) and the append-only logs. The training
+thread never blocks on it: metrics go into a queue that this thread drains, logs and
+publishes; commands are validated here and queued for the next step boundary, where the
+training thread hands them to every rank with one collective and posts back the step at
+which they took effect. Only then does the client get its acknowledgement. Requests are
+served by its base class, ``RequestDesk`` (requests.py).
 """
 
 from __future__ import annotations
@@ -44,10 +46,13 @@ class Coordinator(RequestDesk):
     def __init__(
         self, run_dir: RunDir, *, validate: Validate, world_size: int, ip: str = "127.0.0.1",
         policies: list[Any] | None = None, resumed: dict[str, Any] | None = None,
+        pid: int | None = None,
     ) -> None:
         """``resumed`` is the checkpoint a resumed job continues from: its change history
-        goes on in later checkpoints, and init's policies get their saved state back."""
+        goes on in later checkpoints, and init's policies get their saved state back.
+        ``pid`` is rank 0's, for the connection file (a coordinator process is not it)."""
         self.run_dir = run_dir
+        self._pid = pid if pid is not None else os.getpid()
         self._history = list((resumed or {}).get("changes") or [])
         self._validate = validate
         self._ip = ip
@@ -101,31 +106,41 @@ class Coordinator(RequestDesk):
         self.post("close", state, error)
         self._thread.join(10)
 
-    # ---- the coordinator thread -------------------------------------------------------------
+    # ---- the coordinator thread (or process: forked.py) ----------------------------------
     def _main(self) -> None:
         try:
-            ctx: zmq.Context[Any] = zmq.Context.instance()
-            key = new_key()
-            curve = ServerKeys.new() if curve_wanted(self._ip) else None
-            self._server = ControlServer(ctx, key.encode(), self._ip, curve)
-            self._pub = Publisher(ctx, key.encode(), self._ip, curve)
-            self.journal = Journal(self.run_dir, self._pub, self.world_size)
-            self.journal.changes = self._history
-            self.info = ConnectionInfo(
-                job_id=self.run_dir.job_id, ip=advertised(self._ip),
-                control_port=self._server.port,
-                pub_port=self._pub.port, key=key, pid=os.getpid(),
-                curve_server_key=curve.public.decode() if curve else "",
-            )
-            self.info.write(self.run_dir.connection)
+            self._open()
         except BaseException as exc:  # reported to the training thread by start()
             self._startup_error = exc
             self._ready.set()
             return
         self._ready.set()
+        self._serve(self._wake_r)
+
+    def _open(self) -> None:
+        """Bind the sockets, open the logs and write the connection file."""
+        ctx: zmq.Context[Any] = zmq.Context.instance()
+        key = new_key()
+        curve = ServerKeys.new() if curve_wanted(self._ip) else None
+        self._server = ControlServer(ctx, key.encode(), self._ip, curve)
+        self._pub = Publisher(ctx, key.encode(), self._ip, curve)
+        self.journal = Journal(self.run_dir, self._pub, self.world_size, self._pid)
+        self.journal.changes = self._history
+        self.info = ConnectionInfo(
+            job_id=self.run_dir.job_id, ip=advertised(self._ip),
+            control_port=self._server.port,
+            pub_port=self._pub.port, key=key, pid=self._pid,
+            curve_server_key=curve.public.decode() if curve else "",
+        )
+        self.info.write(self.run_dir.connection)
+
+    def _serve(self, wake_fd: int) -> None:
+        """The loop, until the training thread closes the job; ``wake_fd`` is readable when
+        it has news."""
+        self._wake_fd = wake_fd
         poller = zmq.Poller()
         poller.register(self._server.socket, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(wake_fd, zmq.POLLIN)
         running = True
         while running:
             try:
@@ -137,8 +152,8 @@ class Coordinator(RequestDesk):
     def _cycle(self, poller: zmq.Poller) -> bool:
         # 50 ms: live plots get 20 batches a second, and an idle job costs next to nothing.
         ready = dict(poller.poll(max(1, round(1000 * self.journal.wait_s(0.05)))))
-        if self._wake_r in ready:
-            os.read(self._wake_r, 65536)
+        if self._wake_fd in ready:
+            self._on_wake()
         if self._server.socket in ready:
             for _ in range(1000):  # bounded, so the outbox is never starved
                 if not self._server.socket.poll(0):
@@ -150,6 +165,9 @@ class Coordinator(RequestDesk):
                 self._on_written(written)
         self.journal.end_cycle()
         return running
+
+    def _on_wake(self) -> None:
+        os.read(self._wake_r, 65536)
 
     def _drain(self) -> bool:
         while True:
@@ -167,6 +185,8 @@ class Coordinator(RequestDesk):
                 self._on_applied(item[1], item[2])
             elif kind == "checkpoint":
                 self._on_checkpoint(item[1], item[2])
+            elif kind == "written":  # a coordinator process's: rank 0 wrote it
+                self._on_written(item[1])
             elif kind == "status":
                 self.journal.update_status(item[1])
                 self.policies.on_status(item[1])
@@ -180,6 +200,10 @@ class Coordinator(RequestDesk):
 
     def _record_event(self, event: dict[str, Any]) -> None:
         self.journal.event(event)
+
+    def _unanswered(self) -> list[Command]:
+        """Commands no rank has applied (answered at the end: the job ended first)."""
+        return list(self.pending)
 
     def _set_state(self, state: JobState, step: int, source: str) -> None:
         if self.journal.set_state(state, step, source) and self._unapplied == 0:
@@ -214,13 +238,16 @@ class Coordinator(RequestDesk):
     def _on_checkpoint(self, cmd: Command, state: dict[str, Any]) -> None:
         """The training thread's copy, completed with what this thread owns, goes to the
         writer; the requester is answered once the file is on disk."""
-        state["job_id"] = self.run_dir.job_id
-        state["policies"] = self.policies.state()
-        state["changes"] = list(self.journal.changes)
+        state.update(self._checkpoint_extras())
         if self._writer is None:
             self._writer = CheckpointWriter(self.run_dir.checkpoints_dir,
                                             wake=self._wake)
         self._writer.submit(state, cmd, periodic=cmd.source == PERIODIC_SOURCE)
+
+    def _checkpoint_extras(self) -> dict[str, Any]:
+        """What this thread owns of a checkpoint: the policies' state and the history."""
+        return {"job_id": self.run_dir.job_id, "policies": self.policies.state(),
+                "changes": list(self.journal.changes)}
 
     def _on_written(self, w: Written) -> None:
         cmd: Command = w.token
@@ -244,13 +271,16 @@ class Coordinator(RequestDesk):
             self._writer.close()
             for written in self._writer.finished():
                 self._on_written(written)
-        for cmd in list(self.pending):
+        for cmd in self._unanswered():
             self._replies.finish(cmd.req_id, {"ok": False, "error": InvalidState(
                 f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
         self.pending.clear()
         self.journal.close(state, error)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir.connection)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
         self._server.close()
         self._pub.close()
         os.close(self._wake_r)

@@ -1,7 +1,7 @@
 """Which hyper-parameters a run has, and the rules a change of them must pass.
 
 Runs in: every rank's training thread, once, when ``hpi.init`` makes the Run (the rules
-then run in rank 0's coordinator thread, validating each change).
+then run in rank 0's coordinator, validating each change).
 
 The script's defaults, a resumed job's effective values on top (a name the script no
 longer declares is dropped) and this launch's overrides on top of those; then what every
@@ -20,9 +20,15 @@ from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
 from .averaging import sync_check
 from .batching import batch_constraint
 from .resize import workers_check, workers_spec
-from .store import HParamStore
+from .store import Constraint, HParamStore
 
 WhyNot = Callable[[], str | None]
+
+
+def rules(world: int, resizable: WhyNot, averaging: WhyNot) -> tuple[Constraint, ...]:
+    """The checks across names that every job's store has (a coordinator process builds
+    them again over the facts rank 0 sends it: see control_process.py)."""
+    return (batch_constraint(world), workers_check(world, resizable), sync_check(averaging))
 
 
 @dataclass(frozen=True)
@@ -49,10 +55,9 @@ def declare(hparams: dict[str, Any], specs: dict[str, HParam], overrides: dict[s
     for name in implied:
         if name not in store.specs:
             store.declare(name, BUILTINS[name])
-    store.add_constraint(batch_constraint(world))
     store.declare("workers", workers_spec(world, devices))  # a change of it is a resize
-    store.add_constraint(workers_check(world, resizable))
-    store.add_constraint(sync_check(averaging))
+    for check in rules(world, resizable, averaging):
+        store.add_constraint(check)
     if "batch_size" in store.view:
         store.validate({"batch_size": store.view["batch_size"]})
     return Declared(store, frozenset(declared | set(overrides) | set(carried)),

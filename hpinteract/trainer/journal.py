@@ -1,7 +1,7 @@
 """The job's record: metrics and events logs, their columnar copy, the state file, and the
 publisher that streams what was logged.
 
-Runs in: rank 0's coordinator thread, which owns it. Records get a sequence number shared
+Runs in: rank 0's coordinator, which owns it. Records get a sequence number shared
 by both logs (a late subscriber pages the history in by seq, then drops what it already
 has). What was logged is written before it is published, at most 20 times a second
 (however many requests wake the coordinator): ``metrics()`` sees what the stream showed,
@@ -37,7 +37,9 @@ PUBLISH_EVERY_S = 0.05
 
 
 class Journal:
-    def __init__(self, run_dir: RunDir, pub: Publisher, world_size: int) -> None:
+    def __init__(self, run_dir: RunDir, pub: Publisher, world_size: int,
+                 pid: int | None = None) -> None:
+        self.pid = pid if pid is not None else os.getpid()  # rank 0's, for the state file
         self.run_dir = run_dir
         self.world_size = world_size
         self._pub = pub
@@ -47,7 +49,8 @@ class Journal:
         self.seq = max(self.metrics.last_seq, self.events.last_seq)
         self.state = JobState.STARTING
         self.status: dict[str, Any] = {"step": 0, "epoch": 0, "hparams": {}, "specs": {}}
-        self.latest: dict[str, Any] = {}  # the newest training record
+        self.latest: dict[str, Any] = {}  # the newest training record written
+        self._latest_new: dict[str, Any] | None = None  # a newer one, not yet written
         self.changes: list[dict[str, Any]] = []  # applied changes, saved with checkpoints
         self._batch: list[dict[str, Any]] = []  # records to publish at the end of this cycle
         self._fresh: list[dict[str, Any]] = []  # metric records of this cycle, for policies
@@ -72,7 +75,7 @@ class Journal:
         self._fresh.append(rec)
         if rec.get("eval"):
             return  # an evaluation: not the latest training step
-        self.latest = rec
+        self._latest_new = rec
         self.status["step"] = int(record.get("step", 0)) + 1
         self.status["epoch"] = rec.get("epoch", 0)
 
@@ -108,7 +111,7 @@ class Journal:
         self._last_state_write = time.monotonic()
         self._status_new = False
         atomic_write_json(self.run_dir.state_file, {
-            "job_id": self.run_dir.job_id, "state": self.state.value, "pid": os.getpid(),
+            "job_id": self.run_dir.job_id, "state": self.state.value, "pid": self.pid,
             "world_size": self.world_size, "updated": time.time(), "error": error,
             "latest": self.latest, **self.status,
         })
@@ -122,8 +125,7 @@ class Journal:
         now = time.monotonic()
         if now - self._published_at >= PUBLISH_EVERY_S:
             self._published_at = now
-            self.metrics.flush()
-            self.events.flush()
+            self._flushed()
             if now - self._columns_at > COLUMNS_EVERY_S:
                 self._columns_at = now
                 self.columns.flush()  # after the log it indexes
@@ -131,6 +133,21 @@ class Journal:
         since = now - self._last_state_write
         if since > STATE_EVERY_S or (self._status_new and since > STATE_GAP_S):
             self.write_state()
+
+    def flush(self) -> None:
+        """Write and publish what is buffered, and not the state file: rank 0 died, and the
+        supervisor records that (a state written now could overwrite its)."""
+        self._flushed()
+        self.columns.flush()
+        self.publish()
+
+    def _flushed(self) -> None:
+        self.metrics.flush()
+        self.events.flush()
+        # A client is told of a step only once its record is written: what it has seen, a
+        # kill -9 of the whole job keeps (in the kernel's page cache).
+        if self._latest_new is not None:
+            self.latest, self._latest_new = self._latest_new, None
 
     def wait_s(self, idle_s: float) -> float:
         """How long the coordinator may wait for news: ``idle_s``, or less when records are
@@ -145,7 +162,7 @@ class Journal:
             self._batch = []
 
     def close(self, state: JobState, error: dict[str, Any] | None) -> None:
-        self.metrics.flush()  # every step is on disk before the state says the job ended
+        self._flushed()  # every step is on disk before the state says the job ended
         self.columns.flush()
         self.set_state(state, self.status.get("step", 0), "job")
         self.write_state(error)

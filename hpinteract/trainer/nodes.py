@@ -1,7 +1,7 @@
 """A job on several nodes: where rank 0's coordinator can be reached from every node.
 
 Runs in: every rank's training thread, once, in ``hpi.init`` (after rank 0's coordinator
-started); and rank 0's coordinator thread (``advertised``).
+started); and rank 0's coordinator (``advertised``).
 
 torchrun's c10d rendezvous decides which node's agent holds global rank 0 (its sorted
 order of the agents), so a launcher cannot know in advance where the coordinator will

@@ -1,6 +1,6 @@
 """Built-in policies inside the job: decided on rank 0, applied through the commands' path.
 
-Runs in: rank 0's coordinator thread. It feeds the records the coordinator logs to a
+Runs in: rank 0's coordinator. It feeds the records the coordinator logs to a
 ``PolicySet``, turns the decisions into commands (validated like a client's, queued for the
 next step boundary, so every rank applies them at the same step) and writes every decision,
 suspension and failure to the events log. Policies arrive as objects from ``hpi.init`` or by

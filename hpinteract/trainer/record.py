@@ -1,7 +1,8 @@
 """The metric record of a step: reserved names and the conversion of user values.
 
-Runs in: every rank's training thread (rank 0 builds the records; the coordinator thread
-reads device tensors later, so that no device sync happens on the training loop).
+Runs in: every rank's training thread (rank 0 builds the records; the coordinator thread,
+or the link thread that sends them to a coordinator process, reads device tensors later,
+so that no device sync happens on the training loop).
 """
 
 from __future__ import annotations

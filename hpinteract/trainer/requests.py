@@ -1,6 +1,6 @@
 """The coordinator's requests: verify, answer or queue each control message a client sends.
 
-Runs in: rank 0's coordinator thread, as part of ``Coordinator`` (a base class of it: the
+Runs in: rank 0's coordinator, as part of ``Coordinator`` (a base class of it: the
 request side and the loop share the coordinator's state, and a request is served in the
 loop's cycle). A query is answered at once; a command is validated, queued for the next
 step boundary and answered once applied (coordinator.py); anything wrong gets a typed error,
@@ -97,7 +97,7 @@ class RequestDesk:
             records, more = self.journal.page(since, limit)
             return {"ok": True, "records": records, "more": more, "head": self.journal.seq}
         if t == "cancel":
-            return self._cancel(str(msg.content.get("req_id")))
+            return self._cancel(str(msg.content.get("req_id")), identity, msg)
         if t in POLICY_REQUESTS:
             return self.policies.handle(t, msg.content)
         if t == "note":  # a client-side policy's decision or failure, for the events log
@@ -130,12 +130,17 @@ class RequestDesk:
         self._intended = {"pause": JobState.PAUSED, "resume": JobState.RUNNING,
                           "stop": JobState.STOPPING}.get(cmd.op, self._intended)
         self._unapplied += 1
+        self._hand_over(cmd)
+
+    def _hand_over(self, cmd: Command) -> None:
+        """Make ``cmd`` available to the training thread's next sync point."""
         self.pending.append(cmd)
         self.command_ready.set()
 
-    def _cancel(self, req_id: str) -> dict[str, Any]:
+    def _cancel(self, req_id: str, identity: list[bytes], msg: Message) -> dict[str, Any] | None:
         """A client gave up waiting: withdraw its command if it has not been taken yet, so
-        that a request that raised on the client never applies later."""
+        that a request that raised on the client never applies later. (None: answered
+        later, as a coordinator process does.)"""
         if req_id in self._replies.done:
             return {"ok": True, "cancelled": False, "reply": self._replies.done[req_id]}
         cmd = next((c for c in list(self.pending) if c.req_id == req_id), None)
@@ -146,7 +151,12 @@ class RequestDesk:
             self.pending.remove(cmd)
         except ValueError:  # the training thread took it a moment ago
             return {"ok": True, "cancelled": False, "in_flight": True}
-        self._replies.waiting.pop(req_id, None)
+        return self._withdrawn(cmd)
+
+    def _withdrawn(self, cmd: Command) -> dict[str, Any]:
+        """The books of a command taken back before any rank applied it."""
+        if cmd.req_id is not None:
+            self._replies.waiting.pop(cmd.req_id, None)
         self._unapplied -= 1
         if self._unapplied == 0:
             self._intended = self.journal.state

@@ -127,7 +127,7 @@ def done_event(record: dict[str, Any], step: int, world: int) -> dict[str, Any]:
 
 
 def why_not_resizable(run: Run) -> str | None:
-    """Rank 0's coordinator thread, validating a new ``workers``: what is missing, if any."""
+    """Rank 0, for validating a new ``workers`` (see Run._facts): what is missing, if any."""
     if run._binding is None:
         return ("the script has not called run.watch(model, optimizer): there would be "
                 "nothing to checkpoint and resume")

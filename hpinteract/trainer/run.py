@@ -1,7 +1,8 @@
 """``Run``: the training script's handle on hpinteract (``hpi.init``, in start.py,
 makes it).
 
-Runs in: every rank's training thread. Rank 0 also starts the coordinator thread. The hot
+Runs in: every rank's training thread. Rank 0 also starts the coordinator (a process of
+its own, or a thread: control_process.py). The hot
 path is ``Run.step``: on rank 0 it puts one dict on a queue; on every rank it decrements a
 counter, and only at a sync point joins the one small collective of `sync`.
 """
@@ -23,7 +24,7 @@ from ..protocol.states import JobState
 from .averaging import SyncControl
 from .batching import plan_of
 from .boundary import Boundary
-from .coordinator import Coordinator
+from .control_process import ControlPlane, control_plane
 from .declare import declare
 from .distributed import Topology, leave_together
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
@@ -95,11 +96,12 @@ class Run:
         self._last_t = time.perf_counter()
         self._batch_t = self._last_t
         self._rank_log: IO[str] = open(run_dir.rank_log(self.rank), "a", buffering=1)  # noqa: SIM115
-        self._coord: Coordinator | None = None
+        self._coord: ControlPlane | None = None
         if self.rank == 0:
-            self._coord = Coordinator(run_dir, validate=self.store.validate,
-                                      world_size=self.world_size, ip=ip, policies=policies,
-                                      resumed=resume.state if resume else None)
+            self._coord = control_plane(run_dir, store=self.store, world_size=self.world_size,
+                                        ip=ip, policies=policies,
+                                        resumed=resume.state if resume else None,
+                                        facts=self._facts)
             self._coord.start()
             if self._replay:
                 self._coord.post("event", {
@@ -300,6 +302,11 @@ class Run:
 
     def _noise_scale(self) -> float | None:
         return self._gns.estimator.simple() if self._gns is not None else None
+
+    def _facts(self) -> dict[str, Any]:
+        """What validating a change reads of this run besides its values (rank 0)."""
+        return {"resize": why_not_resizable(self),
+                "averaging": self._sync_control.why_not(self._binding)}
 
     def _post_status(self, wake: bool = True) -> None:
         if self._coord is None:

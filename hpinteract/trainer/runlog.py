@@ -1,6 +1,6 @@
 """Append-only JSON-lines logs with a sequence index, for catch-up without rereading.
 
-Runs in: rank 0's coordinator thread (writes and serves history pages). Each record has a
+Runs in: rank 0's coordinator (writes and serves history pages). Each record has a
 ``seq``; the index keeps each record's byte offset, so a page "after seq N" seeks straight
 to it. Writes are buffered and flushed once per coordinator loop: never an fsync per step.
 """

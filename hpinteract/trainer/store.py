@@ -1,8 +1,9 @@
 """The effective hyper-parameters of one rank, and the rules a change must pass.
 
-Runs in: every rank's training thread (apply) and rank 0's coordinator thread (validate).
-Validation reads only the specs and the constraints, which change solely on the training
-thread by whole-dict replacement, so the two threads never see a half-updated view.
+Runs in: every rank's training thread (apply) and rank 0's coordinator (validate; a
+coordinator process validates with a ``mirror`` of rank 0's store). Validation reads only
+the specs and the constraints, which change solely on the training thread by whole-dict
+replacement, so the two threads never see a half-updated view.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ class HParamStore:
 
     def add_constraint(self, check: Constraint) -> None:
         self._constraints = (*self._constraints, check)
+
+    def mirror(self, values: Mapping[str, Any], specs: Mapping[str, Any],
+               rules: tuple[Constraint, ...]) -> None:
+        """Become a copy for validation only: rank 0's values and specs (as in its status)
+        and ``rules`` in place of the constraints; no effect runs here. A coordinator
+        process validates with such a copy (control_process.py)."""
+        self.specs = {n: HParam.from_wire(w) for n, w in specs.items()}
+        self._values.clear()
+        self._values.update(values)
+        self._constraints = rules
 
     def add_effect(self, effect: Callable[[dict[str, Any]], None]) -> None:
         """``effect(changed)`` runs on every rank after values change (optimizer, loader)."""

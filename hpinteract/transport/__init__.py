@@ -1,5 +1,5 @@
 """ZeroMQ sockets speaking the signed protocol: control (DEALER→ROUTER) and metrics
 (PUB/SUB with snapshot catch-up).
 
-Runs in: rank 0's coordinator thread (server side) and client processes. No torch.
+Runs in: rank 0's coordinator (server side) and client processes. No torch.
 """

@@ -1,6 +1,6 @@
 """Control channel: the coordinator's ROUTER socket and the clients' DEALER sockets.
 
-Runs in: rank 0's coordinator thread (ControlServer) and any client process
+Runs in: rank 0's coordinator (ControlServer) and any client process
 (ControlClient). Requests carry a request id; the client waits with a timeout and retries a
 bounded number of times on a fresh socket (ZeroMQ's "lazy pirate" pattern). A retry is a new
 message with the same request id, so the server can answer it without acting twice.

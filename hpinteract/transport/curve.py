@@ -1,7 +1,7 @@
 """CurveZMQ for the control and metrics sockets: encryption, and a server that only
 those holding the connection file can reach.
 
-Runs in: rank 0's coordinator thread (``ServerKeys``, ``secure_server``) and clients
+Runs in: rank 0's coordinator (``ServerKeys``, ``secure_server``) and clients
 (``secure_client``). The HMAC signature authenticates every message either way; CURVE adds
 confidentiality. It is on whenever the job binds a non-loopback address (remote use), and
 on loopback too with ``HPINTERACT_CURVE=1`` (a shared host, where another local user could

@@ -1,6 +1,6 @@
 """Metrics and events stream: PUB on rank 0, SUB in clients, with ZeroMQ's clone pattern.
 
-Runs in: rank 0's coordinator thread (Publisher) and client processes (Subscriber,
+Runs in: rank 0's coordinator (Publisher) and client processes (Subscriber,
 CatchUp). Every published record carries a sequence number shared by metrics and events.
 A late joiner subscribes first, then pages the history in over the control channel, and
 drops live records that are not newer than what the history gave it; a gap in the live

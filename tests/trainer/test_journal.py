@@ -77,3 +77,21 @@ def test_a_new_status_reaches_the_state_file_soon_not_at_every_change(tmp_path, 
     clock[0] += STATE_GAP_S + 0.01
     j.end_cycle()
     assert read_json(run_dir.state_file)["hparams"] == {"lr": 0.3}
+
+
+def test_the_latest_step_shown_to_clients_is_one_already_written(tmp_path, clock):
+    run_dir = RunDir.create(root=tmp_path)
+    j = Journal(run_dir, Pub(), world_size=2, pid=4242)  # type: ignore[arg-type]
+    j.metric({"step": 0, "loss": 1.0})
+    j.end_cycle()
+    assert j.latest["step"] == 0
+    clock[0] += PUBLISH_EVERY_S / 4
+    j.metric({"step": 1, "loss": 1.0})
+    j.end_cycle()  # within the period: not written yet, so not shown either
+    assert j.latest["step"] == 0
+    assert [r["step"] for r in read_records(run_dir.metrics_log)] == [0]
+    j.flush()  # what a coordinator process does when rank 0 dies
+    assert j.latest["step"] == 1
+    assert [r["step"] for r in read_records(run_dir.metrics_log)] == [0, 1]
+    j.write_state()
+    assert read_json(run_dir.state_file)["pid"] == 4242  # rank 0's, not the writer's

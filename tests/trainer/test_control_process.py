@@ -1,0 +1,105 @@
+"""The coordinator in a process of its own (hpinteract/trainer/control_process.py and
+forked.py), with real 2-rank jobs: where it runs, what it does when rank 0 dies, and the
+thread it can still be (HPINTERACT_COORDINATOR=thread)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers import TOY, wait_for_step
+
+import hpinteract as hpi
+from hpinteract.client.history import read_records
+from hpinteract.protocol.connection import ConnectionInfo
+from hpinteract.trainer.forked import NAME
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> name of the processes whose parent is ``pid``."""
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == pid:
+                out[int(p.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
+    return out
+
+
+def _gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat[stat.rindex(")") + 2] == "Z":  # exited, not yet reaped
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _end(job: hpi.Job) -> None:
+    """A failed test leaves no job running."""
+    if not job.state.terminal:
+        with contextlib.suppress(hpi.HpiError):
+            job.stop()
+            job.wait(60)
+
+
+def test_the_coordinator_is_a_child_of_rank_0_and_dies_with_it_keeping_the_logs():
+    job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.004})
+    try:
+        wait_for_step(job, 20)
+        rank0 = ConnectionInfo.read(job.run_dir.connection).pid
+        state = json.loads(job.run_dir.state_file.read_text())
+        assert state["pid"] == rank0  # clients see rank 0's pid, not the child's
+        coordinators = [p for p, name in _children(rank0).items() if name == NAME]
+        assert len(coordinators) == 1
+        ack = job.set(lr=0.021, dropout=0.3)  # served by the child, applied by the ranks
+        assert ack.applied_at_step > 0 and job.hparams["lr"] == 0.021
+        seen = wait_for_step(job, ack.applied_at_step + 3)
+
+        os.kill(rank0, signal.SIGKILL)
+        assert _gone(coordinators[0], 10)  # it noticed its parent's death and ended
+        assert job.wait(60).value == "failed"
+        steps = [m["step"] for m in read_records(job.run_dir.metrics_log) if not m.get("eval")]
+        assert steps == list(range(len(steps))) and steps[-1] >= seen  # it wrote what it had
+        events = read_records(job.run_dir.events_log)
+        assert any(e.get("kind") == "change" and e["id"] == ack.change_id for e in events)
+    finally:
+        _end(job)
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_either_coordinator_serves_changes_checkpoints_and_the_end(mode):
+    job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.003},
+                     env={"HPINTERACT_COORDINATOR": mode})
+    try:
+        wait_for_step(job, 10)
+        rank0 = ConnectionInfo.read(job.run_dir.connection).pid
+        assert (NAME in _children(rank0).values()) == (mode == "process")
+        with pytest.raises(hpi.InvalidHParam, match="dropout"):
+            job.set(dropout=5.0)  # validated where the requests are served
+        ack = job.set(batch_size=32)  # checked against micro_batch, as rank 0 has it now
+        saved = job.checkpoint()
+        assert saved.applied_at_step >= ack.applied_at_step
+        assert job.checkpoints()[-1]["step"] == saved.applied_at_step
+        job.pause()
+        with pytest.raises(hpi.InvalidHParam, match="it is paused"):
+            job.set(workers=1)  # the coordinator knows rank 0 is paused
+        job.resume()
+        stop = job.stop()
+        assert job.wait(60) == hpi.JobState.FINISHED
+        assert stop.applied_at_step >= saved.applied_at_step
+    finally:
+        _end(job)
