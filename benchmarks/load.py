@@ -87,8 +87,14 @@ from hpinteract.client import history
 from hpinteract.client.bulk import last_record
 
 GOAL = 0.90
-VARIANTS = ("idle", "load", "stuck", "shared", "idle-thread", "load-thread")
-THREAD = "-thread"  # the same, with the coordinator a thread of rank 0 (not its own process)
+# The same with the coordinator run otherwise: "-thread" a thread of rank 0 (not a process of
+# its own), "-nice0" and "-nice19" a process at the job's own priority or at the lowest
+# (the default is 10 below it: forked.NICE).
+MODES = {"-thread": {"HPINTERACT_COORDINATOR": "thread"},
+         "-nice0": {"HPINTERACT_COORDINATOR_NICE": "0"},
+         "-nice19": {"HPINTERACT_COORDINATOR_NICE": "19"}}
+VARIANTS = ("idle", "load", "stuck", "shared",
+            *(f"{k}{m}" for m in MODES for k in ("idle", "load")))
 LRS = (0.05, 0.045)  # train.py starts at 0.05
 SOURCE = "bench-load"
 LIVE_S = 1.0  # a record that arrives within this of its time is live, not history
@@ -372,11 +378,12 @@ def idle_of(a: argparse.Namespace, v: str) -> bool:
 
 
 def kind_of(v: str) -> str:
-    return v.removesuffix(THREAD)
+    return v.split("-")[0]
 
 
 def env_of(v: str) -> dict[str, str]:
-    return {**job_env(), "HPINTERACT_COORDINATOR": "thread" if v.endswith(THREAD) else "process"}
+    mode = v[len(kind_of(v)):]
+    return {**job_env(), **MODES.get(mode, {})}
 
 
 def run_once(a: argparse.Namespace, v: str, home: Path) -> dict[str, Any]:
@@ -685,9 +692,9 @@ def report(a: argparse.Namespace, variants: list[str],
            results: dict[str, list[dict[str, Any]]], took: float) -> None:
     first, others = variants[0], variants[1:]
 
-    def base_of(v: str) -> str:  # a thread variant against the idle thread one, if run
-        return f"idle{THREAD}" if v.endswith(THREAD) and v != f"idle{THREAD}" and \
-            f"idle{THREAD}" in variants else first
+    def base_of(v: str) -> str:  # "load-thread" against "idle-thread", if run
+        idle = "idle" + v[len(kind_of(v)):]
+        return idle if idle != v and idle in variants else first
 
     tput = {v: round_ratios(results, base_of(v), v, "steps_per_s") for v in others}
     typical = {v: round_ratios(results, base_of(v), v, "p50_step_ms", invert=True)

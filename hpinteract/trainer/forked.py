@@ -33,6 +33,7 @@ from .link import Reader, encode
 from .store import Constraint, HParamStore
 
 NAME = "hpi-coordinator"  # the process's name (ps, top, /proc/<pid>/comm)
+NICE = 10  # how far below rank 0's CPU priority it runs
 
 
 def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[str, Any],
@@ -45,6 +46,12 @@ def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[s
     # What the fork copied stays as it is: a collection here could run the finalizers of
     # the training process's objects (tensors, device memory, sockets).
     gc.freeze()
+    # Below the ranks' priority: on a machine whose cores the ranks fill, a coordinator
+    # waking for each request would otherwise take a core from a rank, and every other rank
+    # waits for that one at the next all-reduce. (A thread of rank 0 could not be put
+    # below it: holding the interpreter lock, it would hold the training thread up.)
+    with contextlib.suppress(OSError, ValueError):
+        os.nice(int(os.environ.get("HPINTERACT_COORDINATOR_NICE", str(NICE))))
     with contextlib.suppress(OSError):  # so that ps and top show what it is (Linux)
         Path("/proc/self/comm").write_text(NAME)
     known = dict(facts)
