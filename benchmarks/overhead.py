@@ -17,7 +17,8 @@ data, batch, loop and seed; see train.py):
   ``plain-launch``, the plain script started by ``hpi.launch`` (supervisor, torchrun's log
   redirection, bootstrap) without ``hpi.init``: it separates launcher from library costs;
   ``hpi-thread``, hpi with the coordinator a thread of rank 0 (HPINTERACT_COORDINATOR=
-  thread) instead of a process of its own.
+  thread) instead of a process of its own; ``hpi-nice0``, its process at the ranks' own
+  CPU priority (HPINTERACT_COORDINATOR_NICE=0) instead of 10 below.
 
 Usage: .venv/bin/python benchmarks/overhead.py [--steps 1500] [--rounds 4] [--nproc 2]
        [--variants plain,hpi,hpi-nostream,plain-launch,hpi-sync1]
@@ -50,7 +51,8 @@ from _common import (
 import hpinteract as hpi
 
 GOAL = 0.98
-VARIANTS = ("plain", "hpi", "hpi-nostream", "plain-launch", "hpi-sync1", "hpi-thread")
+VARIANTS = ("plain", "hpi", "hpi-nostream", "plain-launch", "hpi-sync1", "hpi-thread",
+            "hpi-nice0")
 TEARDOWN_FAILURES: list[str] = []
 
 
@@ -80,14 +82,14 @@ def ended(what: str, out: Path, logs: str) -> None:
 
 def run_hpi(a: argparse.Namespace, out: Path, home: Path, stream: bool, mode: str = "hpi",
             extra: tuple[str, ...] = (), hparams: dict[str, Any] | None = None,
-            coordinator: str = "process") -> dict[str, Any]:
+            coordinator: dict[str, str] | None = None) -> dict[str, Any]:
     """One ``hpi.launch`` run of train.py; ``hparams`` go to launch as overrides. The
     record is rank 0's timing plus the job's id (``job_id``) and, with ``stream``, the
     subscriber's figures."""
     args = ["--mode", mode, "--steps", str(a.steps), "--warmup", str(a.warmup),
             "--out", str(out), *extra]
     job = hpi.launch(TRAIN, nproc=a.nproc, hparams=hparams, args=args, home=home,
-                     env={**job_env(), "HPINTERACT_COORDINATOR": coordinator})
+                     env={**job_env(), **(coordinator or {})})
     watcher = StreamWatcher(hpi.attach(job.id, home=home)) if stream else None
     if watcher is not None:
         watcher.start()
@@ -175,7 +177,11 @@ def main() -> None:
             elif v == "hpi-sync1":  # a control sync at every step: the latency-first setting
                 rec = run_hpi(a, out, home, stream=True, extra=("--sync-every", "1"))
             elif v == "hpi-thread":  # the coordinator as a thread of rank 0
-                rec = run_hpi(a, out, home, stream=True, coordinator="thread")
+                rec = run_hpi(a, out, home, stream=True,
+                              coordinator={"HPINTERACT_COORDINATOR": "thread"})
+            elif v == "hpi-nice0":  # the coordinator process at the ranks' own priority
+                rec = run_hpi(a, out, home, stream=True,
+                              coordinator={"HPINTERACT_COORDINATOR_NICE": "0"})
             else:
                 rec = run_hpi(a, out, home, stream=(v == "hpi"))
             results[v].append(rec)

@@ -34,6 +34,7 @@ from .store import Constraint, HParamStore
 
 NAME = "hpi-coordinator"  # the process's name (ps, top, /proc/<pid>/comm)
 NICE = 10  # how far below rank 0's CPU priority it runs
+LINGER_MS = 2000
 
 
 def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[str, Any],
@@ -80,6 +81,10 @@ class ForkedCoordinator(Coordinator):
             return 1
         self._link.sendall(encode([["ready"]]))
         self._serve(self._link.fileno())
+        # The process ends right after: what the sockets still hold (the last batch of
+        # records, the last answers) is delivered first, for up to LINGER_MS
+        # (_close_sockets); a process that exits at once would drop it.
+        zmq.Context.instance().term()
         return 0
 
     def _send(self, *items: list[Any]) -> None:
@@ -127,6 +132,11 @@ class ForkedCoordinator(Coordinator):
                 self._cancelled(item[1], item[2])
             elif kind == "close":
                 put(("close", JobState(item[1]), item[2]))
+
+    def _close_sockets(self) -> None:
+        for sock in (self._server.socket, self._pub.socket):
+            sock.setsockopt(zmq.LINGER, LINGER_MS)  # bounded: a stuck subscriber holds on
+        super()._close_sockets()
 
     def _shutdown(self) -> None:
         if self._orphaned:  # keep what was logged; the job's end is the supervisor's to say

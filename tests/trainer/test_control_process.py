@@ -12,12 +12,14 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 from helpers import TOY, wait_for_step
 
 import hpinteract as hpi
 from hpinteract.client.history import read_records
 from hpinteract.protocol.connection import ConnectionInfo
 from hpinteract.trainer.forked import NAME
+from hpinteract.transport.pubsub import Subscriber
 
 
 def _children(pid: int) -> dict[int, str]:
@@ -103,3 +105,32 @@ def test_either_coordinator_serves_changes_checkpoints_and_the_end(mode):
         assert stop.applied_at_step >= saved.applied_at_step
     finally:
         _end(job)
+
+
+def test_the_last_records_and_the_end_reach_a_live_subscriber_before_it_exits():
+    """The coordinator process publishes its last batch as it closes and exits right after:
+    the batch must still go out on the socket (found: it was dropped, and a dashboard got
+    the job's last steps only from the history, after its idle timeout)."""
+    # 1 epoch of 2048 samples, 16 a step: the script ends by itself after 128 steps, its
+    # last records posted a moment before the end, as a real script's are.
+    job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.01},
+                     args=["--epochs", "1", "--n", "2048"])
+    try:
+        wait_for_step(job, 5)
+        info = ConnectionInfo.read(job.run_dir.connection)
+        ctx: zmq.Context = zmq.Context()
+        sub = Subscriber(ctx, info.pub_url, info.key_bytes, info.server_key)
+        live: list[dict] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(live) < 5:  # connected and receiving
+            live += sub.recv(1.0) or []
+        while (batch := sub.recv(5.0)) is not None:  # raw PUB: no catch-up from history
+            live += batch
+        assert job.wait(60) == hpi.JobState.FINISHED
+        sub.close()
+        ctx.term()
+    finally:
+        _end(job)
+    steps = [m["step"] for m in read_records(job.run_dir.metrics_log) if not m.get("eval")]
+    assert max(r["step"] for r in live if "kind" not in r) == steps[-1]
+    assert any(r.get("kind") == "state" and r.get("state") == "finished" for r in live)
