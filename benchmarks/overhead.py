@@ -16,8 +16,9 @@ data, batch, loop and seed; see train.py):
   (``hpi.init(sync_every=1)``); ``hpi-nostream``, the hpi job with nobody subscribed;
   ``plain-launch``, the plain script started by ``hpi.launch`` (supervisor, torchrun's log
   redirection, bootstrap) without ``hpi.init``: it separates launcher from library costs;
-  ``hpi-thread``, hpi with the coordinator a thread of rank 0 (HPINTERACT_COORDINATOR=
-  thread) instead of a process of its own; ``hpi-nice0``, its process at the ranks' own
+  ``hpi-thread`` and ``hpi-process``, hpi with the coordinator a thread of rank 0 (the
+  default) or a process of its own (HPINTERACT_COORDINATOR=process); ``hpi-nice0``, that
+  process at the ranks' own
   CPU priority (HPINTERACT_COORDINATOR_NICE=0) instead of 10 below.
 
 Usage: .venv/bin/python benchmarks/overhead.py [--steps 1500] [--rounds 4] [--nproc 2]
@@ -52,7 +53,7 @@ import hpinteract as hpi
 
 GOAL = 0.98
 VARIANTS = ("plain", "hpi", "hpi-nostream", "plain-launch", "hpi-sync1", "hpi-thread",
-            "hpi-nice0")
+            "hpi-nice0", "hpi-process")
 TEARDOWN_FAILURES: list[str] = []
 
 
@@ -181,7 +182,11 @@ def main() -> None:
                               coordinator={"HPINTERACT_COORDINATOR": "thread"})
             elif v == "hpi-nice0":  # the coordinator process at the ranks' own priority
                 rec = run_hpi(a, out, home, stream=True,
-                              coordinator={"HPINTERACT_COORDINATOR_NICE": "0"})
+                              coordinator={"HPINTERACT_COORDINATOR": "process",
+                                           "HPINTERACT_COORDINATOR_NICE": "0"})
+            elif v == "hpi-process":  # the coordinator in a process of its own
+                rec = run_hpi(a, out, home, stream=True,
+                              coordinator={"HPINTERACT_COORDINATOR": "process"})
             else:
                 rec = run_hpi(a, out, home, stream=(v == "hpi"))
             results[v].append(rec)

@@ -12,8 +12,8 @@ work per change (docs/RELIABILITY.md, load).
 What stays here, because it belongs to the training process: the checkpoint writer (the
 captured tensors never cross; the child sends the policies' state and the change history
 that complete them) and the reading of device scalars (on the sending thread, off the
-training loop). ``HPINTERACT_COORDINATOR=thread`` keeps the coordinator a thread of rank 0
-(the default where ``os.fork`` is missing).
+training loop). It is opt-in (``HPINTERACT_COORDINATOR=process``); the default keeps the
+coordinator a thread of rank 0.
 """
 
 from __future__ import annotations
@@ -57,8 +57,10 @@ class ControlPlane(Protocol):
 
 
 def process_wanted() -> bool:
-    mode = os.environ.get("HPINTERACT_COORDINATOR", "process").strip().lower()
-    return mode != "thread" and hasattr(os, "fork")
+    # Opt-in for now: the full suite found one start that hung (a function launched from a
+    # notebook: the child never said it was ready), not yet understood; see RELIABILITY.md.
+    mode = os.environ.get("HPINTERACT_COORDINATOR", "thread").strip().lower()
+    return mode == "process" and hasattr(os, "fork")
 
 
 def control_plane(run_dir: RunDir, *, store: HParamStore, world_size: int, ip: str,

@@ -21,6 +21,8 @@ from hpinteract.protocol.connection import ConnectionInfo
 from hpinteract.trainer.forked import NAME
 from hpinteract.transport.pubsub import Subscriber
 
+PROCESS = {"HPINTERACT_COORDINATOR": "process"}  # opt-in (control_process.process_wanted)
+
 
 def _children(pid: int) -> dict[int, str]:
     """pid -> name of the processes whose parent is ``pid``."""
@@ -59,7 +61,7 @@ def _end(job: hpi.Job) -> None:
 
 
 def test_the_coordinator_is_a_child_of_rank_0_and_dies_with_it_keeping_the_logs():
-    job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.004})
+    job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.004}, env=PROCESS)
     try:
         wait_for_step(job, 20)
         rank0 = ConnectionInfo.read(job.run_dir.connection).pid
@@ -114,7 +116,7 @@ def test_the_last_records_and_the_end_reach_a_live_subscriber_before_it_exits():
     # 1 epoch of 2048 samples, 16 a step: the script ends by itself after 128 steps, its
     # last records posted a moment before the end, as a real script's are.
     job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.01},
-                     args=["--epochs", "1", "--n", "2048"])
+                     args=["--epochs", "1", "--n", "2048"], env=PROCESS)
     try:
         wait_for_step(job, 5)
         info = ConnectionInfo.read(job.run_dir.connection)
