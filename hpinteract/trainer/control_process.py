@@ -112,20 +112,33 @@ class ControlProcess:
             finally:
                 os._exit(code)
         theirs.close()
-        self._pid, self._sock = pid, ours
-        ours.settimeout(30)
-        items = Reader(ours).read()
-        ours.settimeout(None)
-        if not items or items[0][0] != "ready":
+        self._pid, self._sock, self._reader = pid, ours, Reader(ours)
+        first = self._first_item(30.0)
+        if first is None or first[0] != "ready":
             self._reap(5)
-            why = items[0][1] if items and items[0][0] == "failed" else "it exited"
-            raise RuntimeError(f"coordinator failed to start: {why}")
+            why = first[1] if first is not None and first[0] == "failed" else \
+                "it exited or did not report ready within 30 s"
+            raise RuntimeError(f"coordinator process failed to start: {why}")
         self._sender = threading.Thread(target=self._send_loop, name="hpi-link-out",
                                         daemon=True)
         self._receiver = threading.Thread(target=self._recv_loop, name="hpi-link-in",
                                           daemon=True)
         self._sender.start()
         self._receiver.start()
+
+    def _first_item(self, timeout: float) -> list[Any] | None:
+        """The child's first item ("ready" or "failed"); None if it ended or stayed silent.
+        The child sends nothing else before it, so nothing read here is lost."""
+        self._sock.settimeout(timeout)
+        try:
+            while not (items := self._reader.read()):
+                if items is None:
+                    return None
+            return items[0]
+        except TimeoutError:
+            return None
+        finally:
+            self._sock.settimeout(None)
 
     def post(self, *item: Any, wake: bool = True) -> None:
         self._outbox.put(item)
@@ -212,10 +225,9 @@ class ControlProcess:
         return True
 
     def _recv_loop(self) -> None:
-        reader = Reader(self._sock)
         while True:
             try:
-                items = reader.read()
+                items = self._reader.read()
             except OSError:
                 items = None
             if items is None:
