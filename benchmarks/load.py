@@ -83,10 +83,11 @@ from _common import OUT, TRAIN, job_env, machine_facts, median, pct, private_hom
 from overhead import CPU_GROUPS, cpu_groups
 
 import hpinteract as hpi
-from hpinteract.client import history
+from hpinteract.client import channel, history
 from hpinteract.client.bulk import last_record
 
 GOAL = 0.90
+POOL_SIZE = channel.POOL_SIZE
 # The same with the coordinator run otherwise: "-thread" a thread of rank 0 (not a process of
 # its own, the default since the full suite found a start of the process that hung),
 # "-process" a process of its own 10 below the ranks' priority (forked.NICE), "-nice0" and
@@ -95,7 +96,10 @@ PROCESS = {"HPINTERACT_COORDINATOR": "process"}
 MODES = {"-thread": {"HPINTERACT_COORDINATOR": "thread"},
          "-process": PROCESS,
          "-nice0": {**PROCESS, "HPINTERACT_COORDINATOR_NICE": "0"},
-         "-nice19": {**PROCESS, "HPINTERACT_COORDINATOR_NICE": "19"}}
+         "-nice19": {**PROCESS, "HPINTERACT_COORDINATOR_NICE": "19"},
+         # The job as in "load"; the setter opens a socket (a TCP connection and a ZeroMQ
+         # handshake) per set(), as every client did before command sockets were pooled.
+         "-fresh": {}}
 VARIANTS = ("idle", "load", "stuck", "shared",
             *(f"{k}{m}" for m in MODES for k in ("idle", "load")))
 LRS = (0.05, 0.045)  # train.py starts at 0.05
@@ -244,6 +248,16 @@ def lower_priority(idle: bool, tid: int = 0) -> None:
     if idle:
         os.sched_setscheduler(tid or threading.get_native_id(), os.SCHED_IDLE,
                               os.sched_param(0))
+
+
+def zmq_threads() -> list[int]:
+    """The thread ids of this process's ZeroMQ I/O threads (Linux)."""
+    out = []
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            if (task / "comm").read_text().startswith("ZMQbg"):
+                out.append(int(task.name))
+    return out
 
 
 def client_main(kind: str, idx: int, job_id: str, home: str, q: Any, release: Any,
@@ -432,6 +446,7 @@ def measure(a: argparse.Namespace, v: str, job: Any, clients: Clients | None, ho
     time.sleep(a.settle)  # the clients' start-up and first catch-up are over
 
     setter_job = hpi.attach(job.id, home=home) if kind_of(v) != "idle" else None
+    channel.POOL_SIZE = 0 if v.endswith("-fresh") else POOL_SIZE
     job_pids = tree(job._proc.pid)
     client_pids = clients.pids() if clients else []
     c0 = (cpu_s(job_pids), cpu_s(client_pids), time.process_time(), machine_busy_s())
@@ -439,6 +454,12 @@ def measure(a: argparse.Namespace, v: str, job: Any, clients: Clients | None, ho
     calls: list[dict[str, Any]] = []
     if setter_job is not None:
         # In the driver's main thread; client results queue up meanwhile (read afterwards).
+        # The driver's ZeroMQ threads carry the setter's traffic: in the setter's class too
+        # (they were created by whichever thread first used the context, at its class).
+        setter_job.status()
+        for tid in zmq_threads():
+            os.sched_setscheduler(tid, os.SCHED_IDLE if idle_of(a, v) else os.SCHED_OTHER,
+                                  os.sched_param(0))
         calls = run_setter(setter_job, a.seconds, a.rate, a.setter_threads, idle_of(a, v))
     else:
         time.sleep(a.seconds)

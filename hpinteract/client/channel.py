@@ -1,12 +1,17 @@
-"""A Job's way to its coordinator: the shared query socket, a socket per command, and
+"""A Job's way to its coordinator: the shared query socket, a pool of command sockets, and
 following a restarted job to its new coordinator.
 
 Runs in: client processes (inside ``Job``). Queries share one client under a lock (ZeroMQ
 sockets are not thread-safe, and a widget callback and a policy thread may both ask);
-commands, which wait for a step boundary, each get their own. A job that torchrun
-restarted writes a new connection file (new ports, new key): the shared client is
-replaced when the file changes, and a query that timed out against the dead coordinator
-is asked again of the new one.
+commands, which wait for a step boundary, each take a socket of their own from a pool and
+give it back when answered. The pool is what keeps a busy client cheap for the job: a
+socket per command would cost a TCP connection and a ZeroMQ handshake (and a teardown) in
+the job's I/O thread for every ``set()``, on the cores the training shares. A reused socket
+is safe: a client ignores replies to other request ids, and one that timed out is replaced
+by a fresh socket before it is used again. A job that torchrun restarted writes a new
+connection file (new ports, new key): the shared client and the pooled ones are replaced
+when the file changes, and a query that timed out against the dead coordinator is asked
+again of the new one.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ if TYPE_CHECKING:
 # Commands are answered once applied at a step boundary; a slow step delays that, so they
 # wait longer than queries. Retries carry the same request id: the job never acts twice.
 COMMAND_TIMEOUT_S, COMMAND_RETRIES = 10.0, 11
+# Idle command sockets kept for reuse: as many as a client commonly has commands in flight
+# (a notebook one, a policy thread or a widget a few more); the rest are closed when done.
+POOL_SIZE = 8
 Stamp = tuple[int, int] | None
 
 
@@ -38,6 +46,8 @@ class Channel:
         self._client: ControlClient | None = None
         self._stamp: Stamp = None  # the connection file _client came from
         self._lock = threading.Lock()
+        self._idle: list[tuple[ControlClient, Stamp]] = []  # command sockets, under _pool_lock
+        self._pool_lock = threading.Lock()
 
     def open(self, timeout: float) -> tuple[ControlClient, ConnectionInfo, Stamp]:
         """A client of the job's coordinator, its connection info and which file that was."""
@@ -88,6 +98,10 @@ class Channel:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+        with self._pool_lock:
+            idle, self._idle = self._idle, []
+        for client, _ in idle:
+            client.close()
 
     def _shared(self, timeout: float = 120.0) -> ControlClient:
         if self._client is not None and self._moved():  # under self._lock
@@ -105,7 +119,7 @@ class Channel:
         """A command gets a socket of its own (queries from other threads are not held up),
         and one that times out is withdrawn: a command that raised on the client never
         applies later."""
-        client = self.open(timeout=120.0)[0]
+        client, stamp = self._take()
         req_id = new_id()
         try:
             try:
@@ -122,4 +136,30 @@ class Channel:
                                  f"{COMMAND_TIMEOUT_S * (COMMAND_RETRIES + 1):.0f}s; the "
                                  f"{type_} was withdrawn and not applied") from None
         finally:
+            self._give_back(client, stamp)
+
+    def _take(self) -> tuple[ControlClient, Stamp]:
+        """An idle command socket to the current coordinator, or a new one."""
+        now = connection_stamp(self.job.run_dir.connection)
+        stale: list[ControlClient] = []
+        taken: tuple[ControlClient, Stamp] | None = None
+        with self._pool_lock:
+            while self._idle and taken is None:
+                client, stamp = self._idle.pop()
+                if stamp == now and now is not None:
+                    taken = (client, stamp)
+                else:  # a restarted job's old coordinator
+                    stale.append(client)
+        for client in stale:
             client.close()
+        if taken is not None:
+            return taken
+        client, _, stamp = self.open(timeout=120.0)
+        return client, stamp
+
+    def _give_back(self, client: ControlClient, stamp: Stamp) -> None:
+        with self._pool_lock:
+            if len(self._idle) < POOL_SIZE:
+                self._idle.append((client, stamp))
+                return
+        client.close()
