@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 Facts = Callable[[], dict[str, Any]]  # what validation reads of rank 0 besides its values
 _STATUS_KINDS = ("status", "state")  # after these, rank 0 sends its facts again
+START_S = 30.0  # how long rank 0 waits for the child's "ready"
 
 
 class ControlPlane(Protocol):
@@ -66,16 +67,33 @@ def process_wanted() -> bool:
 def control_plane(run_dir: RunDir, *, store: HParamStore, world_size: int, ip: str,
                   policies: list[Any], resumed: dict[str, Any] | None,
                   facts: Facts) -> ControlPlane:
-    """Rank 0's coordinator: a process of its own, or a thread (``process_wanted``)."""
+    """Rank 0's coordinator, started: a process of its own, or a thread (``process_wanted``,
+    or a process that did not start)."""
     if not process_wanted():
-        return Coordinator(run_dir, validate=store.validate, world_size=world_size, ip=ip,
-                           policies=policies, resumed=resumed)
+        coord = Coordinator(run_dir, validate=store.validate, world_size=world_size, ip=ip,
+                            policies=policies, resumed=resumed)
+        coord.start()
+        return coord
 
     def serve(sock: socket.socket, parent: int) -> int:  # in the child, just forked
         return serve_forked(sock, parent, store=store, facts=facts(), run_dir=run_dir,
                             world_size=world_size, ip=ip, policies=policies, resumed=resumed)
 
-    return ControlProcess(run_dir.checkpoints_dir, serve, facts)
+    plane = ControlProcess(run_dir.checkpoints_dir, serve, facts)
+    try:
+        plane.start()
+        return plane
+    except RuntimeError as exc:
+        # The job must not fail for where its control plane runs: the thread serves the
+        # same, and the events log and the rank's log say why it is the thread.
+        why = f"{exc}; the coordinator runs as a thread of rank 0 instead"
+        log.warning("hpinteract: %s", why)
+    coord = Coordinator(run_dir, validate=store.validate, world_size=world_size, ip=ip,
+                        policies=policies, resumed=resumed)
+    coord.start()
+    coord.post("event", {"kind": "coordinator", "mode": "thread", "source": "job",
+                         "error": why})
+    return coord
 
 
 class ControlProcess:
@@ -113,11 +131,11 @@ class ControlProcess:
                 os._exit(code)
         theirs.close()
         self._pid, self._sock, self._reader = pid, ours, Reader(ours)
-        first = self._first_item(30.0)
+        first = self._first_item(START_S)
         if first is None or first[0] != "ready":
             self._reap(5)
             why = first[1] if first is not None and first[0] == "failed" else \
-                "it exited or did not report ready within 30 s"
+                f"it exited or did not report ready within {START_S:g} s"
             raise RuntimeError(f"coordinator process failed to start: {why}")
         self._sender = threading.Thread(target=self._send_loop, name="hpi-link-out",
                                         daemon=True)

@@ -14,10 +14,12 @@ now), so that a change is judged against the job as it is, not as it was at the 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import os
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,7 @@ from .store import Constraint, HParamStore
 NAME = "hpi-coordinator"  # the process's name (ps, top, /proc/<pid>/comm)
 NICE = 10  # how far below rank 0's CPU priority it runs
 LINGER_MS = 2000
+START_DUMP_S = 20.0  # a start slower than this writes every thread's traceback to stderr
 
 
 def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[str, Any],
@@ -47,12 +50,9 @@ def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[s
     # What the fork copied stays as it is: a collection here could run the finalizers of
     # the training process's objects (tensors, device memory, sockets).
     gc.freeze()
-    # Below the ranks' priority: on a machine whose cores the ranks fill, a coordinator
-    # waking for each request would otherwise take a core from a rank, and every other rank
-    # waits for that one at the next all-reduce. (A thread of rank 0 could not be put
-    # below it: holding the interpreter lock, it would hold the training thread up.)
-    with contextlib.suppress(OSError, ValueError):
-        os.nice(int(os.environ.get("HPINTERACT_COORDINATOR_NICE", str(NICE))))
+    # A start that hangs says where, in the rank's log, before rank 0 gives up on it
+    # (control_process.START_S); one such hang was seen once and not understood.
+    faulthandler.dump_traceback_later(START_DUMP_S, file=sys.stderr)
     with contextlib.suppress(OSError):  # so that ps and top show what it is (Linux)
         Path("/proc/self/comm").write_text(NAME)
     known = dict(facts)
@@ -80,6 +80,15 @@ class ForkedCoordinator(Coordinator):
             self._link.sendall(encode([["failed", f"{type(exc).__name__}: {exc}"]]))
             return 1
         self._link.sendall(encode([["ready"]]))
+        faulthandler.cancel_dump_traceback_later()
+        # Below the ranks' priority, once started (a start at nice 10 on a machine the ranks
+        # of other jobs fill could take long): on a machine whose cores the ranks fill, a
+        # coordinator waking for each request would otherwise take a core from a rank, and
+        # every other rank waits for that one at the next all-reduce. (A thread of rank 0
+        # could not be put below it: holding the interpreter lock, it would hold the training
+        # thread up.)
+        with contextlib.suppress(OSError, ValueError):
+            os.nice(int(os.environ.get("HPINTERACT_COORDINATOR_NICE", str(NICE))))
         self._serve(self._link.fileno())
         # The process ends right after: what the sockets still hold (the last batch of
         # records, the last answers) is delivered first, for up to LINGER_MS

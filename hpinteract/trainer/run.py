@@ -101,8 +101,7 @@ class Run:
             self._coord = control_plane(run_dir, store=self.store, world_size=self.world_size,
                                         ip=ip, policies=policies,
                                         resumed=resume.state if resume else None,
-                                        facts=self._facts)
-            self._coord.start()
+                                        facts=self._facts)  # started
             if self._replay:
                 self._coord.post("event", {
                     "kind": "replay", "of": self._replay.of, "source": "launch",

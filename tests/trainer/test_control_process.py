@@ -136,3 +136,41 @@ def test_the_last_records_and_the_end_reach_a_live_subscriber_before_it_exits():
     steps = [m["step"] for m in read_records(job.run_dir.metrics_log) if not m.get("eval")]
     assert max(r["step"] for r in live if "kind" not in r) == steps[-1]
     assert any(r.get("kind") == "state" and r.get("state") == "finished" for r in live)
+
+
+def test_a_coordinator_process_that_does_not_start_leaves_the_thread_serving(
+        tmp_path, monkeypatch, caplog):
+    """A child that never reports ready is killed, and the job goes on with the thread
+    (the one start that hung in the suite must not be able to fail a job)."""
+    from hpinteract.client.history import read_records as records
+    from hpinteract.protocol.rundir import RunDir
+    from hpinteract.protocol.states import JobState
+    from hpinteract.trainer import control_process as cp
+    from hpinteract.trainer.coordinator import Coordinator
+    from hpinteract.trainer.store import HParamStore
+
+    children: list[int] = []
+
+    def silent(sock, parent, **_):  # the child: alive, never ready
+        time.sleep(60)
+        return 0
+
+    monkeypatch.setenv("HPINTERACT_COORDINATOR", "process")
+    monkeypatch.setattr(cp, "serve_forked", silent)
+    monkeypatch.setattr(cp, "START_S", 1.0)
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: children.append(pid := real_fork()) or pid)
+    run_dir = RunDir.create(root=tmp_path)
+    plane = cp.control_plane(run_dir, store=HParamStore({}), world_size=1, ip="127.0.0.1",
+                             policies=[], resumed=None, facts=dict)
+    try:
+        assert isinstance(plane, Coordinator)
+        assert len(children) == 1 and _gone(children[0], 1)  # killed and reaped
+        info = ConnectionInfo.read(run_dir.connection)
+        assert info.pid == os.getpid()  # the thread's own file
+        assert "did not report ready within 1 s" in caplog.text
+    finally:
+        plane.close(JobState.FINISHED)
+    events = [e for e in records(run_dir.events_log) if e.get("kind") == "coordinator"]
+    assert len(events) == 1 and events[0]["mode"] == "thread"
+    assert "did not report ready" in events[0]["error"]
