@@ -59,7 +59,9 @@ class ControlPlane(Protocol):
 
 def process_wanted() -> bool:
     # Opt-in for now: the full suite found one start that hung (a function launched from a
-    # notebook: the child never said it was ready), not yet understood; see RELIABILITY.md.
+    # notebook: the child never said it was ready), not yet understood, and the fork of a
+    # process holding CUDA state is untried on a GPU; a start that hangs now falls back to
+    # the thread (control_plane). See ARCHITECTURE.md.
     mode = os.environ.get("HPINTERACT_COORDINATOR", "thread").strip().lower()
     return mode == "process" and hasattr(os, "fork")
 
