@@ -12,8 +12,9 @@ work per change (docs/RELIABILITY.md, load).
 What stays here, because it belongs to the training process: the checkpoint writer (the
 captured tensors never cross; the child sends the policies' state and the change history
 that complete them) and the reading of device scalars (on the sending thread, off the
-training loop). It is opt-in (``HPINTERACT_COORDINATOR=process``); the default keeps the
-coordinator a thread of rank 0.
+training loop). It is the default on Linux; ``HPINTERACT_COORDINATOR=thread`` keeps the
+coordinator a thread of rank 0 (as on systems without a safe fork), and a child that does
+not start falls back to that thread.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ import os
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..protocol.errors import ConfigError
 from ..protocol.rundir import RunDir
 from ..protocol.states import JobState
 from .checkpoint import CheckpointWriter
@@ -57,13 +60,23 @@ class ControlPlane(Protocol):
     def close(self, state: JobState, error: dict[str, Any] | None = None) -> None: ...
 
 
+MODES = ("process", "thread")
+
+
 def process_wanted() -> bool:
-    # Opt-in for now: the full suite found one start that hung (a function launched from a
-    # notebook: the child never said it was ready), not yet understood, and the fork of a
-    # process holding CUDA state is untried on a GPU; a start that hangs now falls back to
-    # the thread (control_plane). See ARCHITECTURE.md.
-    mode = os.environ.get("HPINTERACT_COORDINATOR", "thread").strip().lower()
-    return mode == "process" and hasattr(os, "fork")
+    """Whether rank 0 forks its coordinator (``HPINTERACT_COORDINATOR``, default process).
+
+    Linux only: fork is what DataLoader workers use there too, from processes that hold
+    CUDA and NCCL state (the child never touches them), while on macOS a fork of a
+    threaded process is unsafe. One start in an early full suite hung (not reproduced
+    since; the child then lowered its priority before starting): a start that does not
+    report ready within START_S falls back to the thread (control_plane, ARCHITECTURE.md).
+    """
+    mode = os.environ.get("HPINTERACT_COORDINATOR", "").strip().lower() or "process"
+    if mode not in MODES:
+        raise ConfigError(f"HPINTERACT_COORDINATOR={mode!r}: expected one of "
+                          f"{', '.join(MODES)}")
+    return mode == "process" and sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
 def control_plane(run_dir: RunDir, *, store: HParamStore, world_size: int, ip: str,
