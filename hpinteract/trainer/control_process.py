@@ -39,7 +39,7 @@ from .checkpoint import CheckpointWriter
 from .commands import Command
 from .coordinator import PERIODIC_SOURCE, Coordinator
 from .forked import serve as serve_forked
-from .link import Reader, encode
+from .link import BATCH_S, Reader, encode
 from .store import HParamStore
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class ControlProcess:
     def _send_loop(self) -> None:
         closing: tuple[Any, ...] | None = None
         while closing is None:
-            self._kick.wait(0.05)  # metrics ride along at 20 batches a second
+            self._kick.wait(BATCH_S)
             self._kick.clear()
             items, closing = self._collect()
             if not self._send(items):

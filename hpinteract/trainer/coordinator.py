@@ -32,7 +32,7 @@ from ..transport.curve import ServerKeys, curve_wanted
 from ..transport.pubsub import Publisher
 from .checkpoint import CheckpointWriter, Written
 from .commands import Command, RateLimit, Replies
-from .journal import Journal
+from .journal import PUBLISH_EVERY_S, Journal
 from .nodes import advertised
 from .policy_host import JobPolicies
 from .requests import RequestDesk, Validate
@@ -43,6 +43,8 @@ PERIODIC_SOURCE = "job:checkpoint_every"  # the source of periodic checkpoints
 
 
 class Coordinator(RequestDesk):
+    PUBLISH_EVERY_S = PUBLISH_EVERY_S  # the journal's (a coordinator process has its own)
+
     def __init__(
         self, run_dir: RunDir, *, validate: Validate, world_size: int, ip: str = "127.0.0.1",
         policies: list[Any] | None = None, resumed: dict[str, Any] | None = None,
@@ -124,7 +126,8 @@ class Coordinator(RequestDesk):
         curve = ServerKeys.new() if curve_wanted(self._ip) else None
         self._server = ControlServer(ctx, key.encode(), self._ip, curve)
         self._pub = Publisher(ctx, key.encode(), self._ip, curve)
-        self.journal = Journal(self.run_dir, self._pub, self.world_size, self._pid)
+        self.journal = Journal(self.run_dir, self._pub, self.world_size, self._pid,
+                               self.PUBLISH_EVERY_S)
         self.journal.changes = self._history
         self.info = ConnectionInfo(
             job_id=self.run_dir.job_id, ip=advertised(self._ip),

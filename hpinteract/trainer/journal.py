@@ -38,7 +38,7 @@ PUBLISH_EVERY_S = 0.05
 
 class Journal:
     def __init__(self, run_dir: RunDir, pub: Publisher, world_size: int,
-                 pid: int | None = None) -> None:
+                 pid: int | None = None, publish_every_s: float = PUBLISH_EVERY_S) -> None:
         self.pid = pid if pid is not None else os.getpid()  # rank 0's, for the state file
         self.run_dir = run_dir
         self.world_size = world_size
@@ -58,6 +58,7 @@ class Journal:
         self._status_new = False
         self._columns_at = 0.0
         self._published_at = 0.0
+        self._publish_every = publish_every_s
 
     def _next_seq(self) -> int:
         self.seq += 1
@@ -121,9 +122,9 @@ class Journal:
 
     def end_cycle(self) -> None:
         """Write what the cycles since the last publication logged, then publish it, when
-        PUBLISH_EVERY_S has passed (``wait_s`` tells the coordinator when that will be)."""
+        ``publish_every_s`` has passed (``wait_s`` tells the coordinator when that will be)."""
         now = time.monotonic()
-        if now - self._published_at >= PUBLISH_EVERY_S:
+        if now - self._published_at >= self._publish_every:
             self._published_at = now
             self._flushed()
             if now - self._columns_at > COLUMNS_EVERY_S:
@@ -154,7 +155,7 @@ class Journal:
         waiting for their publication."""
         if not self._batch:
             return idle_s
-        return min(idle_s, max(0.0, self._published_at + PUBLISH_EVERY_S - time.monotonic()))
+        return min(idle_s, max(0.0, self._published_at + self._publish_every - time.monotonic()))
 
     def publish(self) -> None:
         if self._batch:

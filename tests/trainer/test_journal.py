@@ -50,6 +50,26 @@ def test_cycles_within_the_period_publish_once_and_in_order(tmp_path, clock):
     assert [r["step"] for r in read_records(run_dir.metrics_log)] == [0, 1, 2, 3]
 
 
+def test_a_coordinator_process_publishes_each_link_batch_as_it_comes(tmp_path, clock):
+    """Rank 0's link hands metrics over every BATCH_S: the child's own gate is shorter, so
+    a batch is not held for a second period on another clock (that doubled the delay)."""
+    from hpinteract.trainer.forked import ForkedCoordinator
+    from hpinteract.trainer.link import BATCH_S
+
+    pub = Pub()
+    j = Journal(RunDir.create(root=tmp_path), pub, world_size=2,  # type: ignore[arg-type]
+                publish_every_s=ForkedCoordinator.PUBLISH_EVERY_S)
+    for step in range(4):  # a link batch every BATCH_S: each published at once
+        j.metric({"step": step, "loss": 1.0})
+        j.end_cycle()
+        clock[0] += BATCH_S
+    assert [[r["step"] for r in b] for b in pub.sent] == [[0], [1], [2], [3]]
+    j.metric({"step": 4, "loss": 1.0})  # a wake-up in between (a change applied) waits
+    clock[0] -= BATCH_S / 2
+    j.end_cycle()
+    assert len(pub.sent) == 4
+
+
 def test_a_history_page_and_the_close_see_what_is_not_yet_published(tmp_path, clock):
     run_dir = RunDir.create(root=tmp_path)
     pub = Pub()
