@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..protocol import settings
 from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import _kind_of
 from ..protocol.rundir import (
@@ -255,6 +256,7 @@ def _checked_overrides(hparams: Mapping[str, Any] | None) -> dict[str, Any]:
 def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,
            root: Path | None, backend: str | None, workdir: Any) -> Job:
     """Write the spec and start the supervisor (which runs torchrun) in its own session."""
+    settings.check({**os.environ, **(env or {})})  # a typo is an error here, not a failed job
     atomic_write_json(run_dir.job_file, spec)
     if "resume" in spec:  # the ended job's state and address are not this run's
         with contextlib.suppress(FileNotFoundError):

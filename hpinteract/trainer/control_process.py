@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..protocol.errors import ConfigError
+from ..protocol import settings
 from ..protocol.rundir import RunDir
 from ..protocol.states import JobState
 from .checkpoint import CheckpointWriter
@@ -41,6 +41,7 @@ from .coordinator import PERIODIC_SOURCE, Coordinator
 from .forked import serve as serve_forked
 from .link import BATCH_S, Reader, encode
 from .store import HParamStore
+from .stuck import describe, dumpable_child
 
 log = logging.getLogger(__name__)
 
@@ -60,22 +61,18 @@ class ControlPlane(Protocol):
     def close(self, state: JobState, error: dict[str, Any] | None = None) -> None: ...
 
 
-MODES = ("process", "thread")
-
-
 def process_wanted() -> bool:
     """Whether rank 0 forks its coordinator (``HPINTERACT_COORDINATOR``, default process).
 
     Linux only: fork is what DataLoader workers use there too, from processes that hold
-    CUDA and NCCL state (the child never touches them), while on macOS a fork of a
-    threaded process is unsafe. One start in an early full suite hung (not reproduced
-    since; the child then lowered its priority before starting): a start that does not
-    report ready within START_S falls back to the thread (control_plane, ARCHITECTURE.md).
+    CUDA and NCCL state (the child never touches them; not yet run on a GPU), while on
+    macOS a fork of a threaded process is unsafe. One start in an early full suite hung
+    (not reproduced since; the child then lowered its priority before starting): a start
+    that does not report ready within START_S falls back to the thread (control_plane,
+    ARCHITECTURE.md). A wrong value is a ConfigError (protocol/settings.py).
     """
-    mode = os.environ.get("HPINTERACT_COORDINATOR", "").strip().lower() or "process"
-    if mode not in MODES:
-        raise ConfigError(f"HPINTERACT_COORDINATOR={mode!r}: expected one of "
-                          f"{', '.join(MODES)}")
+    settings.check(os.environ)  # the nice too: the child reads it
+    mode = settings.coordinator_mode(os.environ)
     return mode == "process" and sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
@@ -134,7 +131,8 @@ class ControlProcess:
     # ---- the training thread --------------------------------------------------------------
     def start(self) -> None:
         ours, theirs = socket.socketpair()
-        pid = os.fork()
+        with dumpable_child():
+            pid = os.fork()
         if pid == 0:  # the child: never returns into the training script
             code = 70
             try:
@@ -148,9 +146,11 @@ class ControlProcess:
         self._pid, self._sock, self._reader = pid, ours, Reader(ours)
         first = self._first_item(START_S)
         if first is None or first[0] != "ready":
-            self._reap(5)
             why = first[1] if first is not None and first[0] == "failed" else \
                 f"it exited or did not report ready within {START_S:g} s"
+            if first is None and self._alive():  # stuck: say where (its stacks: the log)
+                why += f" (its threads: {describe(pid)})"
+            self._reap(5)
             raise RuntimeError(f"coordinator process failed to start: {why}")
         self._sender = threading.Thread(target=self._send_loop, name="hpi-link-out",
                                         daemon=True)

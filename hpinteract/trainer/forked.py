@@ -25,6 +25,7 @@ from typing import Any
 
 import zmq
 
+from ..protocol import settings
 from ..protocol.messages import Message
 from ..protocol.states import JobState
 from .checkpoint import Written
@@ -35,7 +36,7 @@ from .link import BATCH_S, Reader, encode
 from .store import Constraint, HParamStore
 
 NAME = "hpi-coordinator"  # the process's name (ps, top, /proc/<pid>/comm)
-NICE = 10  # how far below rank 0's CPU priority it runs
+NICE = settings.DEFAULT_NICE  # how far below rank 0's CPU priority it runs
 LINGER_MS = 2000
 START_DUMP_S = 20.0  # a start slower than this writes every thread's traceback to stderr
 
@@ -78,6 +79,7 @@ class ForkedCoordinator(Coordinator):
         self._forwarded: dict[str, Command] = {}  # handed to rank 0, not yet applied
         self._cancelling: dict[str, tuple[list[bytes], Message, str | None]] = {}
         self._orphaned = False  # rank 0 died
+        self._nice = settings.coordinator_nice(os.environ)  # checked by rank 0
 
     def run(self) -> int:
         try:
@@ -93,8 +95,8 @@ class ForkedCoordinator(Coordinator):
         # every other rank waits for that one at the next all-reduce. (A thread of rank 0
         # could not be put below it: holding the interpreter lock, it would hold the training
         # thread up.)
-        with contextlib.suppress(OSError, ValueError):
-            os.nice(int(os.environ.get("HPINTERACT_COORDINATOR_NICE", str(NICE))))
+        with contextlib.suppress(OSError):
+            os.nice(self._nice)
         self._serve(self._link.fileno())
         # The process ends right after: what the sockets still hold (the last batch of
         # records, the last answers) is delivered first, for up to LINGER_MS

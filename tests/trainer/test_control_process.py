@@ -139,9 +139,10 @@ def test_the_last_records_and_the_end_reach_a_live_subscriber_before_it_exits():
 
 
 def test_a_coordinator_process_that_does_not_start_leaves_the_thread_serving(
-        tmp_path, monkeypatch, caplog):
+        tmp_path, monkeypatch, caplog, capfd):
     """A child that never reports ready is killed, and the job goes on with the thread
-    (the one start that hung in the suite must not be able to fail a job)."""
+    (the starts that hung in the suite must not be able to fail a job); the warning says
+    what the child's threads were doing, and the child wrote its Python stack first."""
     from hpinteract.client.history import read_records as records
     from hpinteract.protocol.rundir import RunDir
     from hpinteract.protocol.states import JobState
@@ -152,8 +153,8 @@ def test_a_coordinator_process_that_does_not_start_leaves_the_thread_serving(
     children: list[int] = []
 
     def silent(sock, parent, **_):  # the child: alive, never ready
-        time.sleep(60)
-        return 0
+        while True:
+            time.sleep(60)
 
     monkeypatch.setenv("HPINTERACT_COORDINATOR", "process")
     monkeypatch.setattr(cp, "serve_forked", silent)
@@ -168,7 +169,11 @@ def test_a_coordinator_process_that_does_not_start_leaves_the_thread_serving(
         assert len(children) == 1 and _gone(children[0], 1)  # killed and reaped
         info = ConnectionInfo.read(run_dir.connection)
         assert info.pid == os.getpid()  # the thread's own file
-        assert "did not report ready within 1 s" in caplog.text
+        assert "did not report ready within 1 s (its threads: " in caplog.text
+        assert f"{children[0]} S in " in caplog.text  # asleep, and where (the kernel's word)
+        assert "in silent" in capfd.readouterr().err  # its stack, from the inherited handler
+        # Rank 0 got its own handler for the signal back: the default, not faulthandler's.
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL
     finally:
         plane.close(JobState.FINISHED)
     events = [e for e in records(run_dir.events_log) if e.get("kind") == "coordinator"]
@@ -188,11 +193,20 @@ def test_the_mode_is_a_process_unless_told_and_a_wrong_one_is_named(monkeypatch)
         process_wanted()
 
 
-def test_a_job_told_a_wrong_coordinator_mode_fails_saying_so():
+def test_a_wrong_coordinator_setting_is_refused_at_launch_and_by_rank_0(monkeypatch, hpi_home):
+    from hpinteract.protocol import settings
+
+    jobs = hpi_home / "jobs"
+    before = set(jobs.iterdir()) if jobs.exists() else set()
+    with pytest.raises(hpi.ConfigError, match="HPINTERACT_COORDINATOR='threads'"):
+        hpi.launch(TOY, nproc=2, env={"HPINTERACT_COORDINATOR": "threads"})
+    assert (set(jobs.iterdir()) if jobs.exists() else set()) == before  # nothing started
+    # A job started by torchrun itself has no launch to check it: rank 0 does.
+    monkeypatch.setattr(settings, "check", lambda env: None)  # this (the client) process only
     job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.003},
-                     env={"HPINTERACT_COORDINATOR": "threads"})
+                     env={"HPINTERACT_COORDINATOR_NICE": "ten"})
     try:
         assert job.wait(90) == hpi.JobState.FAILED
-        assert "HPINTERACT_COORDINATOR='threads'" in str(job.error)
+        assert "HPINTERACT_COORDINATOR_NICE='ten'" in str(job.error)
     finally:
         _end(job)
