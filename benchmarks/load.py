@@ -88,9 +88,9 @@ from hpinteract.client.bulk import last_record
 
 GOAL = 0.90
 POOL_SIZE = channel.POOL_SIZE
-# The same with the coordinator run otherwise: "-thread" a thread of rank 0, "-process" a
-# process of its own 10 below the ranks' priority (forked.NICE; the default, named), "-nice0"
-# and "-nice19" that process at the job's own priority or at the lowest.
+# The same with the coordinator run otherwise: "-thread" a thread of rank 0 (the default,
+# named), "-process" a process of its own 10 below the ranks' priority (forked.NICE),
+# "-nice0" and "-nice19" that process at the job's own priority or at the lowest.
 PROCESS = {"HPINTERACT_COORDINATOR": "process"}
 MODES = {"-thread": {"HPINTERACT_COORDINATOR": "thread"},
          "-process": PROCESS,

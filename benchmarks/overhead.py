@@ -16,8 +16,8 @@ data, batch, loop and seed; see train.py):
   (``hpi.init(sync_every=1)``); ``hpi-nostream``, the hpi job with nobody subscribed;
   ``plain-launch``, the plain script started by ``hpi.launch`` (supervisor, torchrun's log
   redirection, bootstrap) without ``hpi.init``: it separates launcher from library costs;
-  ``hpi-thread`` and ``hpi-process``, hpi with the coordinator a thread of rank 0
-  (HPINTERACT_COORDINATOR=thread) or a process of its own (the default); ``hpi-nice0``, that
+  ``hpi-thread`` and ``hpi-process``, hpi with the coordinator a thread of rank 0 (the
+  default) or a process of its own (HPINTERACT_COORDINATOR=process); ``hpi-nice0``, that
   process at the ranks' own
   CPU priority (HPINTERACT_COORDINATOR_NICE=0) instead of 10 below.
 

@@ -13,13 +13,13 @@ from collections.abc import Mapping
 from .errors import ConfigError
 
 COORDINATOR = "HPINTERACT_COORDINATOR"  # where rank 0's coordinator runs
-COORDINATOR_MODES = ("process", "thread")  # the first is the default
+COORDINATOR_MODES = ("thread", "process")  # the first is the default
 COORDINATOR_NICE = "HPINTERACT_COORDINATOR_NICE"  # how far below the ranks a process runs
 DEFAULT_NICE = 10
 
 
 def coordinator_mode(env: Mapping[str, str]) -> str:
-    """``process`` (the default: a forked child of rank 0) or ``thread`` (of rank 0)."""
+    """``thread`` (the default: a thread of rank 0) or ``process`` (a forked child of it)."""
     mode = env.get(COORDINATOR, "").strip().lower() or COORDINATOR_MODES[0]
     if mode not in COORDINATOR_MODES:
         raise ConfigError(f"{COORDINATOR}={mode!r}: expected one of "

@@ -12,9 +12,9 @@ work per change (docs/RELIABILITY.md, load).
 What stays here, because it belongs to the training process: the checkpoint writer (the
 captured tensors never cross; the child sends the policies' state and the change history
 that complete them) and the reading of device scalars (on the sending thread, off the
-training loop). It is the default on Linux; ``HPINTERACT_COORDINATOR=thread`` keeps the
-coordinator a thread of rank 0 (as on systems without a safe fork), and a child that does
-not start falls back to that thread.
+training loop). It is opt-in on Linux (``HPINTERACT_COORDINATOR=process``); the default
+keeps the coordinator a thread of rank 0, and a child that does not start falls back to
+that thread.
 """
 
 from __future__ import annotations
@@ -62,14 +62,14 @@ class ControlPlane(Protocol):
 
 
 def process_wanted() -> bool:
-    """Whether rank 0 forks its coordinator (``HPINTERACT_COORDINATOR``, default process).
+    """Whether rank 0 forks its coordinator (``HPINTERACT_COORDINATOR=process``, opt-in).
 
-    Linux only: fork is what DataLoader workers use there too, from processes that hold
-    CUDA and NCCL state (the child never touches them; not yet run on a GPU), while on
-    macOS a fork of a threaded process is unsafe. One start in an early full suite hung
-    (not reproduced since; the child then lowered its priority before starting): a start
-    that does not report ready within START_S falls back to the thread (control_plane,
-    ARCHITECTURE.md). A wrong value is a ConfigError (protocol/settings.py).
+    Not the default: one start in a few hundred hangs before the child has run any of our
+    code (seen in the full suite twice, not understood; it then falls back to the thread
+    after START_S, and says what the child was doing: stuck.py). Linux only: fork is what
+    DataLoader workers use there too, from processes that hold CUDA and NCCL state (the
+    child never touches them; not yet run on a GPU), while on macOS a fork of a threaded
+    process is unsafe. A wrong value is a ConfigError (protocol/settings.py).
     """
     settings.check(os.environ)  # the nice too: the child reads it
     mode = settings.coordinator_mode(os.environ)

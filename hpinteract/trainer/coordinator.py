@@ -1,7 +1,7 @@
 """Rank 0's coordinator: the job's control endpoint, metrics publisher and run log writer.
 
-Runs in: a process of its own, forked from rank 0 (forked.py, control_process.py), or with
-``HPINTERACT_COORDINATOR=thread`` a daemon thread of rank 0; "this thread" below is
+Runs in: a daemon thread of rank 0, or with ``HPINTERACT_COORDINATOR=process`` a process of
+its own, forked from rank 0 (forked.py, control_process.py); "this thread" below is
 whichever runs it, and "the training thread" is rank 0's. It owns every socket of the job
 (ROUTER for control, PUB for metrics and events) and the append-only logs. The training
 thread never blocks on it: metrics go into a queue that this thread drains, logs and

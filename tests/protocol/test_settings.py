@@ -10,23 +10,23 @@ from hpinteract.protocol.errors import ConfigError
 
 
 def test_defaults_when_unset_or_empty():
-    assert settings.coordinator_mode({}) == "process"
-    assert settings.coordinator_mode({"HPINTERACT_COORDINATOR": " "}) == "process"
+    assert settings.coordinator_mode({}) == "thread"
+    assert settings.coordinator_mode({"HPINTERACT_COORDINATOR": " "}) == "thread"
     assert settings.coordinator_nice({}) == settings.DEFAULT_NICE == 10
     assert settings.coordinator_nice({"HPINTERACT_COORDINATOR_NICE": ""}) == 10
     settings.check({})
 
 
 def test_accepted_values():
-    assert settings.coordinator_mode({"HPINTERACT_COORDINATOR": "THREAD"}) == "thread"
-    assert settings.coordinator_mode({"HPINTERACT_COORDINATOR": "process"}) == "process"
+    assert settings.coordinator_mode({"HPINTERACT_COORDINATOR": "PROCESS"}) == "process"
+    assert settings.coordinator_mode({"HPINTERACT_COORDINATOR": "thread"}) == "thread"
     for n in (0, 5, 19):
         assert settings.coordinator_nice({"HPINTERACT_COORDINATOR_NICE": f" {n} "}) == n
 
 
 @pytest.mark.parametrize(("env", "message"), [
     ({"HPINTERACT_COORDINATOR": "threads"},
-     "HPINTERACT_COORDINATOR='threads': expected one of process, thread"),
+     "HPINTERACT_COORDINATOR='threads': expected one of thread, process"),
     ({"HPINTERACT_COORDINATOR_NICE": "ten"},
      "HPINTERACT_COORDINATOR_NICE='ten': expected a whole number from 0 to 19"),
     ({"HPINTERACT_COORDINATOR_NICE": "20"}, "HPINTERACT_COORDINATOR_NICE='20'"),

@@ -21,7 +21,7 @@ from hpinteract.protocol.connection import ConnectionInfo
 from hpinteract.trainer.forked import NAME
 from hpinteract.transport.pubsub import Subscriber
 
-PROCESS = {"HPINTERACT_COORDINATOR": "process"}  # the default, named (process_wanted)
+PROCESS = {"HPINTERACT_COORDINATOR": "process"}  # opt-in (control_process.process_wanted)
 
 
 def _children(pid: int) -> dict[int, str]:
@@ -84,14 +84,14 @@ def test_the_coordinator_is_a_child_of_rank_0_and_dies_with_it_keeping_the_logs(
         _end(job)
 
 
-@pytest.mark.parametrize("mode", ["thread", ""])
+@pytest.mark.parametrize("mode", ["", "process"])
 def test_either_coordinator_serves_changes_checkpoints_and_the_end(mode):
     job = hpi.launch(TOY, nproc=2, hparams={"sleep": 0.003},
-                     env={"HPINTERACT_COORDINATOR": mode})  # "": the default, a process
+                     env={"HPINTERACT_COORDINATOR": mode})  # "": the default, the thread
     try:
         wait_for_step(job, 10)
         rank0 = ConnectionInfo.read(job.run_dir.connection).pid
-        assert (NAME in _children(rank0).values()) == (mode != "thread")
+        assert (NAME in _children(rank0).values()) == (mode == "process")
         with pytest.raises(hpi.InvalidHParam, match="dropout"):
             job.set(dropout=5.0)  # validated where the requests are served
         ack = job.set(batch_size=32)  # checked against micro_batch, as rank 0 has it now
@@ -181,15 +181,15 @@ def test_a_coordinator_process_that_does_not_start_leaves_the_thread_serving(
     assert "did not report ready" in events[0]["error"]
 
 
-def test_the_mode_is_a_process_unless_told_and_a_wrong_one_is_named(monkeypatch):
+def test_the_mode_is_a_thread_unless_told_and_a_wrong_one_is_named(monkeypatch):
     from hpinteract.trainer.control_process import process_wanted
 
     monkeypatch.delenv("HPINTERACT_COORDINATOR", raising=False)
-    assert process_wanted()  # Linux: the default
-    monkeypatch.setenv("HPINTERACT_COORDINATOR", " Thread ")
-    assert not process_wanted()
+    assert not process_wanted()  # the default
+    monkeypatch.setenv("HPINTERACT_COORDINATOR", " Process ")
+    assert process_wanted()  # Linux
     monkeypatch.setenv("HPINTERACT_COORDINATOR", "proces")
-    with pytest.raises(hpi.ConfigError, match=r"HPINTERACT_COORDINATOR='proces'.*process, thread"):
+    with pytest.raises(hpi.ConfigError, match=r"HPINTERACT_COORDINATOR='proces'.*thread, process"):
         process_wanted()
 
 
