@@ -64,9 +64,9 @@ class ControlPlane(Protocol):
 def process_wanted() -> bool:
     """Whether rank 0 forks its coordinator (``HPINTERACT_COORDINATOR=process``, opt-in).
 
-    Not the default: one start in a few hundred hangs before the child has run any of our
-    code (seen in the full suite twice, not understood; it then falls back to the thread
-    after START_S, and says what the child was doing: stuck.py). Linux only: fork is what
+    Not the default: one start in a few hundred hangs before the child has armed its own
+    traceback timer (seen in the full suite twice, not understood; it then falls back to
+    the thread after START_S, and says what the child was doing: stuck.py). Linux only: fork is what
     DataLoader workers use there too, from processes that hold CUDA and NCCL state (the
     child never touches them; not yet run on a GPU), while on macOS a fork of a threaded
     process is unsafe. A wrong value is a ConfigError (protocol/settings.py).
