@@ -89,7 +89,7 @@ from hpinteract.client.bulk import last_record
 GOAL = 0.90
 POOL_SIZE = channel.POOL_SIZE
 # The same with the coordinator run otherwise: "-thread" a thread of rank 0 (the default,
-# named), "-process" a process of its own 10 below the ranks' priority (forked.NICE),
+# named), "-process" a process of its own 10 below the ranks' priority (settings.DEFAULT_NICE),
 # "-nice0" and "-nice19" that process at the job's own priority or at the lowest.
 PROCESS = {"HPINTERACT_COORDINATOR": "process"}
 MODES = {"-thread": {"HPINTERACT_COORDINATOR": "thread"},

@@ -66,12 +66,12 @@ def process_wanted() -> bool:
 
     Not the default: one start in a few hundred hangs before the child has armed its own
     traceback timer (seen in the full suite twice, not understood; it then falls back to
-    the thread after START_S, and says what the child was doing: stuck.py). Linux only: fork is what
-    DataLoader workers use there too, from processes that hold CUDA and NCCL state (the
-    child never touches them; not yet run on a GPU), while on macOS a fork of a threaded
-    process is unsafe. A wrong value is a ConfigError (protocol/settings.py).
+    the thread after START_S, and says what the child was doing: stuck.py). Linux only:
+    fork is what DataLoader workers use there too, from processes that hold CUDA and NCCL
+    state (the child never touches them; not yet run on a GPU), while on macOS a fork of
+    a threaded process is unsafe. A wrong value is a ConfigError (protocol/settings.py).
     """
-    settings.check(os.environ)  # the nice too: the child reads it
+    settings.coordinator_nice(os.environ)  # checked here, before the fork: the child reads it
     mode = settings.coordinator_mode(os.environ)
     return mode == "process" and sys.platform.startswith("linux") and hasattr(os, "fork")
 

@@ -36,7 +36,6 @@ from .link import BATCH_S, Reader, encode
 from .store import Constraint, HParamStore
 
 NAME = "hpi-coordinator"  # the process's name (ps, top, /proc/<pid>/comm)
-NICE = settings.DEFAULT_NICE  # how far below rank 0's CPU priority it runs
 LINGER_MS = 2000
 START_DUMP_S = 20.0  # a start slower than this writes every thread's traceback to stderr
 

@@ -60,12 +60,13 @@ def test_a_coordinator_process_publishes_each_link_batch_as_it_comes(tmp_path, c
     j = Journal(RunDir.create(root=tmp_path), pub, world_size=2,  # type: ignore[arg-type]
                 publish_every_s=ForkedCoordinator.PUBLISH_EVERY_S)
     for step in range(4):  # a link batch every BATCH_S: each published at once
+        if step:
+            clock[0] += BATCH_S
         j.metric({"step": step, "loss": 1.0})
         j.end_cycle()
-        clock[0] += BATCH_S
     assert [[r["step"] for r in b] for b in pub.sent] == [[0], [1], [2], [3]]
-    j.metric({"step": 4, "loss": 1.0})  # a wake-up in between (a change applied) waits
-    clock[0] -= BATCH_S / 2
+    clock[0] += BATCH_S / 2  # a wake-up in between (a change applied) waits
+    j.metric({"step": 4, "loss": 1.0})
     j.end_cycle()
     assert len(pub.sent) == 4
 
