@@ -74,14 +74,19 @@ def write_record(run_dir: RunDir, record: dict[str, Any]) -> None:
     atomic_write_json(run_dir.path / RECORD, record)
 
 
+def peek_record(run_dir: RunDir) -> dict[str, Any] | None:
+    """The supervisor: the resize rank 0 recorded, if any and well formed (left in place)."""
+    record = read_json(run_dir.path / RECORD)
+    if record is None or not isinstance(record.get("to"), int) or record["to"] < 1:
+        return None
+    return record
+
+
 def take_record(run_dir: RunDir) -> dict[str, Any] | None:
     """The supervisor, after torchrun returned: the resize the job asked for, if any (the
     file is removed, so that a later clean end is not taken for another resize)."""
-    path = run_dir.path / RECORD
-    record = read_json(path)
-    path.unlink(missing_ok=True)
-    if record is None or not isinstance(record.get("to"), int) or record["to"] < 1:
-        return None
+    record = peek_record(run_dir)
+    (run_dir.path / RECORD).unlink(missing_ok=True)
     return record
 
 

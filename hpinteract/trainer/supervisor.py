@@ -24,7 +24,7 @@ from torch.distributed.run import run as torchrun
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
 from .resize import ENV as RESIZED_ENV
-from .resize import relaunch_env, take_record
+from .resize import peek_record, relaunch_env, take_record
 from .restart import is_peer_loss
 from .runlog import RunLog, last_seq
 
@@ -83,6 +83,37 @@ def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -
                                            "updated": time.time()})
 
 
+def error_of(failures: Mapping[int, Any]) -> dict[str, Any]:
+    rank, failure = root_cause(failures)
+    message = failure.message
+    if isinstance(message, dict):  # torch's error-file form
+        message = message.get("message", str(message))
+    return {"rank": rank, "exitcode": failure.exitcode, "message": str(message),
+            "pid": failure.pid}
+
+
+def killed(failures: Mapping[int, Any]) -> bool:
+    """The root cause of the failure is a rank that died by a signal."""
+    return bool(root_cause(failures)[1].exitcode < 0)
+
+
+def run_ranks(job: dict[str, Any], run_dir: RunDir) -> None:
+    """One torchrun, to its end. A rank killed by a signal after rank 0 recorded a resize
+    had left: every rank had agreed on the new size at the boundary, and rank 0 writes the
+    record only once the resize checkpoint is on disk. What killed it is torch and gloo's
+    abort at teardown (see distributed.leave_together), which must not fail the job; the
+    resize goes on, and an event says what happened."""
+    try:
+        torchrun(parse_args(torchrun_argv(job, run_dir)))
+    except ChildFailedError as exc:
+        if peek_record(run_dir) is None or not killed(exc.failures):
+            raise
+        error = error_of(exc.failures)
+        append_event(run_dir, {"kind": "warning", "source": "supervisor", "error": error,
+                               "message": f"rank {error['rank']} died after leaving for a "
+                                          f"resize: {error['message']}"})
+
+
 def main(run_path: str) -> int:
     run_dir = RunDir(run_path)
     job = read_json(run_dir.job_file)
@@ -90,28 +121,23 @@ def main(run_path: str) -> int:
         print(f"no job.json in {run_path}", file=sys.stderr)
         return 2
     try:
-        torchrun(parse_args(torchrun_argv(job, run_dir)))
+        run_ranks(job, run_dir)
         # A resize: the ranks checkpointed and left; the job goes on with the new number.
         while (record := take_record(run_dir)) is not None:
             # The file as it is now (the launcher added the supervisor's pid after we read it).
             job = {**(read_json(run_dir.job_file) or job), "nproc": record["to"]}
             atomic_write_json(run_dir.job_file, job)  # spec, jobs() and restarts see it
             os.environ[RESIZED_ENV] = relaunch_env(record)  # torchrun hands it to the ranks
-            torchrun(parse_args(torchrun_argv(job, run_dir)))
+            run_ranks(job, run_dir)
     except ChildFailedError as exc:
-        rank, failure = root_cause(exc.failures)
-        message = failure.message
-        if isinstance(message, dict):  # torch's error-file form
-            message = message.get("message", str(message))
-        error = {"rank": rank, "exitcode": failure.exitcode, "message": str(message),
-                 "pid": failure.pid}
+        error = error_of(exc.failures)
         prev = read_json(run_dir.state_file) or {}
-        if prev.get("state") == JobState.FINISHED.value and failure.exitcode < 0:
+        if prev.get("state") == JobState.FINISHED.value and killed(exc.failures):
             # Training had finished on every rank (rank 0 recorded it after the last step)
             # and a process died by a signal while exiting: keep the result, say what happened.
             append_event(run_dir, {"kind": "warning", "source": "supervisor", "error": error,
-                                   "message": f"rank {rank} died at exit after the job "
-                                              f"finished: {message}"})
+                                   "message": f"rank {error['rank']} died at exit after the "
+                                              f"job finished: {error['message']}"})
             return 0
         record_end(run_dir, JobState.FAILED, error)
         return 1

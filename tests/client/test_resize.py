@@ -107,6 +107,27 @@ def test_a_job_resized_1_2_4_1_trains_as_if_it_had_not_been():
     torch.testing.assert_close(final_params(job), final_params(plain), rtol=1e-4, atol=1e-5)
 
 
+def test_a_rank_that_dies_by_a_signal_after_leaving_for_a_resize_does_not_fail_the_job():
+    """torch + gloo sometimes abort a rank at teardown, after it left: the resize checkpoint
+    is on disk by then, so the job goes on with the new size, and an event says so."""
+    n = 512
+    job = hpi.launch(JOB, nproc=2, hparams={"sleep": 0.01},
+                     args=["--n", str(n), "--epochs", "1", "--abort-leaving", "1"])
+    wait_for_step(job, 5)
+    ack = job.resize(1)
+    assert job.wait(120).value == "finished", job.logs()[-3000:]
+    steps = steps_of(job)
+    assert sorted(steps) == list(range(n // BATCH))
+    assert {r["world"] for s in range(ack.applied_at_step, n // BATCH) for r in steps[s]} == {1}
+    ev = job.events()
+    [warning] = ev[ev.kind == "warning"].to_dict("records")
+    assert warning["source"] == "supervisor" and warning["error"]["rank"] == 1
+    assert warning["error"]["exitcode"] == -6 and "after leaving for a resize" in warning["message"]
+    done = ev[(ev.kind == "resize") & (ev.status == "done")].to_dict("records")
+    assert [(d["from"], d["to"], d["step"]) for d in done] == [(2, 1, ack.applied_at_step)]
+    assert ev[ev.kind == "state"].state.tolist()[-1] == "finished"
+
+
 def test_sizes_the_job_cannot_take_are_refused_and_nothing_applies():
     job = hpi.launch(JOB, nproc=2, hparams={"sleep": 0.01},
                      args=["--n", str(N), "--epochs", "1000"])

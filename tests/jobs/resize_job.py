@@ -23,6 +23,9 @@ import hpinteract as hpi
 p = argparse.ArgumentParser()
 p.add_argument("--n", type=int, default=1024)
 p.add_argument("--epochs", type=int, default=2)
+# This rank dies by SIGABRT once it has left for a resize, as torch + gloo sometimes make a
+# rank do at teardown ("terminate called without an active exception").
+p.add_argument("--abort-leaving", type=int, default=None)
 a = p.parse_args()
 
 run = hpi.init(hparams={"lr": 0.05, "momentum": 0.9, "batch_size": 16, "sleep": 0.0})
@@ -48,22 +51,27 @@ run.watch(model, opt)
 loader = run.dataloader(Data(a.n), seed=1)
 os.makedirs(os.path.join(run.run_dir.path, "steps"), exist_ok=True)
 log = open(os.path.join(run.run_dir.path, "steps", f"{os.getpid()}.jsonl"), "w", buffering=1)  # noqa: SIM115 (a resize leaves inside run.step)
-for _epoch in run.epochs(a.epochs):
-    for idx, x, y in loader:
-        step, sync = run.step_index, run.hp["sync"]
-        opt.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        log.write(json.dumps({"step": step, "world": run.world_size, "rank": run.rank,
-                              "idx": idx.tolist(), "lr": opt.param_groups[0]["lr"],
-                              "micro": run.micro_batch, "acc": run.accumulation}) + "\n")
-        time.sleep(run.hp["sleep"])
-        run.step(loss=loss)  # model averaging happens in here, after the optimizer's step
-        flat = torch.cat([q.detach().flatten() for q in model.module.parameters()])
-        log.write(json.dumps({"after": step, "rank": run.rank, "sync": sync,
-                              "digest": hashlib.sha1(flat.numpy().tobytes()).hexdigest()})
-                  + "\n")
+try:
+    for _epoch in run.epochs(a.epochs):
+        for idx, x, y in loader:
+            step, sync = run.step_index, run.hp["sync"]
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            log.write(json.dumps({"step": step, "world": run.world_size, "rank": run.rank,
+                                  "idx": idx.tolist(), "lr": opt.param_groups[0]["lr"],
+                                  "micro": run.micro_batch, "acc": run.accumulation}) + "\n")
+            time.sleep(run.hp["sleep"])
+            run.step(loss=loss)  # model averaging happens in here, after the optimizer's step
+            flat = torch.cat([q.detach().flatten() for q in model.module.parameters()])
+            log.write(json.dumps({"after": step, "rank": run.rank, "sync": sync,
+                                  "digest": hashlib.sha1(flat.numpy().tobytes()).hexdigest()})
+                      + "\n")
+except SystemExit:
+    if run.rank == a.abort_leaving and run.world_size > 1:
+        os.abort()
+    raise
 
 if run.rank == 0:
     flat = torch.cat([q.detach().flatten() for q in model.module.parameters()]).tolist()
