@@ -4,8 +4,9 @@ Runs in: any Python process (notebook kernel, CLI, server extension). Never impo
 so a notebook attaches in milliseconds.
 """
 
+from .answers import Ack, JobError
 from .catalog import JobSummary, attach, jobs
-from .job import Ack, Job, JobError
+from .job import Job
 from .launch import launch
 
 __all__ = ["Ack", "Job", "JobError", "JobSummary", "attach", "jobs", "launch"]

@@ -7,13 +7,10 @@ whether or not anybody is connected, so a restarted kernel re-attaches and loses
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,38 +21,14 @@ from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from ..protocol.states import JobState
 from ..transport.control import ControlClient
 from . import history
+from .answers import Ack, JobError
 from .channel import Channel, Stamp
+from .liveness import job_alive, supervisor_running
 from .policies import ClientPolicies
 from .stream import stream_records
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-@dataclass(frozen=True)
-class Ack:
-    """The job's answer to a command: the change's id and the first step that used it."""
-
-    change_id: str
-    applied_at_step: int
-    values: dict[str, Any]
-    state: str | None = None
-    path: str | None = None  # the file a checkpoint was written to
-
-
-@dataclass(frozen=True)
-class JobError:
-    """Why a job failed: the root-cause rank (None if no rank ran) and its error."""
-
-    rank: int | None
-    message: str
-    exitcode: int | None = None
-    traceback: str | None = None
-
-    def __str__(self) -> str:
-        where = f"rank {self.rank}" if self.rank is not None else "the launcher"
-        code = f" (exit code {self.exitcode})" if self.exitcode is not None else ""
-        return f"{where} failed{code}: {self.message}"
 
 
 class Job:
@@ -83,27 +56,12 @@ class Job:
         st = self._status_file()
         state = JobState(st["state"]) if st.get("state") in JobState._value2member_map_ \
             else JobState.STARTING
-        if not state.terminal and not self._alive(st):
+        if not state.terminal and not job_alive(self.spec, self._proc, st):
             return JobState.FAILED
         return state
 
-    def _alive(self, st: dict[str, Any]) -> bool:
-        running = self._supervisor_running()
-        if running is None:  # started by plain torchrun: rank 0's process is the job's life
-            running = self._process_alive(st.get("pid"))
-        return running is not False
-
-    def _process_alive(self, pid: Any) -> bool | None:
-        """Whether a process of this job runs; None when that cannot be known from here (no
-        pid, or another machine's job: its state file is all we can know)."""
-        if pid is None or self.spec.get("hostname", socket.gethostname()) != socket.gethostname():
-            return None
-        return _pid_alive(int(pid))
-
     def _supervisor_running(self) -> bool | None:
-        if self._proc is not None:
-            return self._proc.poll() is None  # polling also reaps it
-        return self._process_alive(self.spec.get("supervisor_pid"))
+        return supervisor_running(self.spec, self._proc)
 
     @property
     def error(self) -> JobError | None:
@@ -344,12 +302,3 @@ class Job:
     def close(self) -> None:
         self._channel.close()
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, but someone else's
-    return True

@@ -150,7 +150,7 @@ def why_not_resizable(run: Run) -> str | None:
 def leave(run: Run, to: int, began: float, by: dict[str, Any]) -> None:
     """Every rank, at the resize boundary: close the control plane (rank 0's coordinator
     writes the checkpoint first), tell the supervisor, and leave the script."""
-    run._finish(JobState.STARTING, None, together=False)
+    run._end.finish(JobState.STARTING, None, together=False)
     if run.rank == 0:
         write_record(run.run_dir, {"from": run.world_size, "to": to, "step": run.step_index,
                                    "boundary": began, "left": time.time(), **by})

@@ -9,11 +9,8 @@ counter, and only at a sync point joins the one small collective of `sync`.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import sys
 import time
-import traceback
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
@@ -26,8 +23,9 @@ from .batching import plan_of
 from .boundary import Boundary
 from .control_process import ControlPlane, control_plane
 from .declare import declare
-from .distributed import Topology, leave_together
+from .distributed import Topology
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
+from .ending import Ending
 from .loader import ONE, HpLoader, Micro
 from .monitors import GNSMonitor
 from .nodes import node_count, share_connection
@@ -35,9 +33,8 @@ from .rank_times import RankTimes
 from .record import step_record, user_metrics
 from .replay import ReplaySchedule
 from .resize import done_event, resized, why_not_resizable
-from .restart import attempt, restarts_left
+from .restart import attempt
 from .resume import Resume, restore
-from .sigterm import SigtermGuard
 from .sync import StepSync
 
 log = logging.getLogger(__name__)
@@ -91,7 +88,6 @@ class Run:
         replaced = [type(p[0] if isinstance(p, tuple) else p).__name__ for p in policies]
         if self._replay:  # their decisions are in the schedule: running them would act twice
             policies = []
-        self._finished = False
         self._running = False  # rank 0: RUNNING recorded
         self._last_t = time.perf_counter()
         self._batch_t = self._last_t
@@ -110,11 +106,7 @@ class Run:
             self._post_status()
         if node_count() > 1:  # every rank: the coordinator's address for every node
             share_connection(sync, self.rank, topo.local_rank, run_dir)
-        self._prev_hook = sys.excepthook
-        sys.excepthook = self._excepthook
-        atexit.register(self._at_exit)
-        self._ending = False  # an end is being written: a SIGTERM waits for it
-        self._sigterm = SigtermGuard(lambda: self._ending)
+        self._end = Ending(self)  # the excepthook, atexit and SIGTERM handlers
 
     # ---- set-up ---------------------------------------------------------------------------
     def watch(self, model: Any, optimizer: Any, scheduler: Any | None = None) -> Any:
@@ -320,45 +312,8 @@ class Run:
             "restarts": attempt(),
         }, wake=wake)
 
-    # ---- the end ---------------------------------------------------------------------------
+    # ---- the end (ending.py) -------------------------------------------------------------
     def finish(self) -> None:
         """Record that the job finished and close the control plane; call it on every rank
         (at exit it is done for you, without the final rendezvous of the ranks)."""
-        self._finish(JobState.FINISHED, None, together=True)
-
-    def _at_exit(self) -> None:
-        # The script ended without finish(): maybe on this rank only (sys.exit), so no
-        # collective here; a rank still training elsewhere would wait on it forever.
-        self._finish(JobState.FINISHED, None, together=False)
-
-    def _finish(self, state: JobState, error: dict[str, Any] | None, together: bool,
-                deliver: bool = True) -> None:
-        if self._finished:
-            return
-        self._finished = self._ending = True
-        atexit.unregister(self._at_exit)
-        sys.excepthook = self._prev_hook
-        if self._coord is not None:
-            self._post_status()
-            self._coord.close(state, error)
-        self._rank_log.close()
-        self._sigterm.restore(deliver=deliver)
-        if state == JobState.FINISHED and together:
-            leave_together(self._group, self.topology)
-
-    def _excepthook(self, etype: Any, value: Any, tb: Any) -> None:
-        self._ending = True
-        error = {"rank": self.rank, "type": etype.__name__, "message": str(value),
-                 "traceback": "".join(traceback.format_exception(etype, value, tb))}
-        state = JobState.FAILED
-        if restarts_left() > 0 and self._coord is not None:
-            # torchrun restarts the workers, which resume from the newest checkpoint: not
-            # the job's end, so not a terminal state that would end clients' waits.
-            state = JobState.STARTING
-            self._coord.post("event", {"kind": "attempt_failed", "step": self.step_index,
-                                       "error": error["message"], "attempt": attempt(),
-                                       "restarts_left": restarts_left(), "source": "job"})
-        self._finish(state, error, together=False, deliver=False)
-        self._prev_hook(etype, value, tb)
-        self._sigterm.restore(deliver=True)  # after the traceback: it ends the process
-
+        self._end.finish(JobState.FINISHED, None, together=True)

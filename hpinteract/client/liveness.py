@@ -1,0 +1,49 @@
+"""Whether a job's processes still run: what tells a job that died without recording its
+end (kill -9, OOM killer) from one that is still starting or training.
+
+Runs in: client processes (``Job.state``, ``Job.wait``). A job launched by ``hpi.launch``
+lives as long as its supervisor; one started by plain torchrun as long as its rank 0. A job
+of another machine (a shared run directory) cannot be checked from here: its state file is
+all there is.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from typing import Any
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, but someone else's
+    return True
+
+
+def process_alive(spec: dict[str, Any], pid: Any) -> bool | None:
+    """Whether a process of this job runs; None when that cannot be known from here (no
+    pid, or another machine's job)."""
+    if pid is None or spec.get("hostname", socket.gethostname()) != socket.gethostname():
+        return None
+    return pid_alive(int(pid))
+
+
+def supervisor_running(spec: dict[str, Any],
+                       process: subprocess.Popen[bytes] | None) -> bool | None:
+    if process is not None:
+        return process.poll() is None  # polling also reaps it
+    return process_alive(spec, spec.get("supervisor_pid"))
+
+
+def job_alive(spec: dict[str, Any], process: subprocess.Popen[bytes] | None,
+              state: dict[str, Any]) -> bool:
+    """False only when it is known that none of the job's processes runs."""
+    running = supervisor_running(spec, process)
+    if running is None:  # started by plain torchrun: rank 0's process is the job's life
+        running = process_alive(spec, state.get("pid"))
+    return running is not False

@@ -1,0 +1,49 @@
+"""How a client tells a job that died without recording its end from one still running."""
+
+import os
+import socket
+import subprocess
+import sys
+
+from hpinteract.client.liveness import job_alive, pid_alive, process_alive, supervisor_running
+
+HERE = {"hostname": socket.gethostname()}
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()  # reaped: the pid names no process now
+    return p.pid
+
+
+def test_a_pid_is_alive_while_its_process_runs():
+    assert pid_alive(os.getpid())
+    assert not pid_alive(dead_pid())
+
+
+def test_another_machines_job_or_no_pid_cannot_be_checked_from_here():
+    assert process_alive(HERE, None) is None
+    assert process_alive({"hostname": "elsewhere.invalid"}, os.getpid()) is None
+    assert process_alive(HERE, os.getpid()) is True
+    assert process_alive(HERE, dead_pid()) is False
+
+
+def test_the_supervisor_this_process_started_is_polled_and_reaped():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert supervisor_running(HERE, p) is True
+    finally:
+        p.kill()
+        p.wait()
+    assert supervisor_running(HERE, p) is False
+    assert supervisor_running({**HERE, "supervisor_pid": dead_pid()}, None) is False
+
+
+def test_a_job_is_dead_only_when_that_is_known():
+    assert job_alive({**HERE, "supervisor_pid": os.getpid()}, None, {"pid": dead_pid()})
+    assert not job_alive({**HERE, "supervisor_pid": dead_pid()}, None, {"pid": os.getpid()})
+    # A job torchrun started directly: rank 0's pid is its life.
+    assert job_alive(HERE, None, {"pid": os.getpid()})
+    assert not job_alive(HERE, None, {"pid": dead_pid()})
+    # Another machine's job: only its state file can tell.
+    assert job_alive({"hostname": "elsewhere.invalid", "supervisor_pid": 1}, None, {"pid": 1})
