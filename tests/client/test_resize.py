@@ -182,7 +182,7 @@ def test_a_policy_can_resize_the_job():
         assert change["source"] == f"policy:{name}" and change["status"] == "applied"
         wait_for_step(job, int(change["applied_at_step"]) + 5)
         [p] = [p for p in job.policies() if p["name"] == name]
-        assert p.get("enabled", True) and not p.get("error"), p
+        assert p["status"] == "active" and not p.get("error"), p
     finally:
         job.remove_policy("grow")
         job.stop()

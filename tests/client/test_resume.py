@@ -13,6 +13,7 @@ from helpers import TOY, trace, wait_for_step
 import hpinteract as hpi
 from hpinteract.client.history import read_records
 from hpinteract.protocol.errors import ConfigError, InvalidState
+from hpinteract.trainer.checkpoint import load
 
 N, BATCH = 2048, 16  # 128 steps an epoch
 
@@ -36,6 +37,7 @@ def test_a_resumed_job_continues_where_its_checkpoint_was(tmp_path):
     wait_for_step(again, s + 10)
     assert again.hparams["lr"] == 0.02 and again.hparams["dropout"] == 0.3
     assert again.hparams["momentum"] == 0.5  # this launch's override, on top
+    kept = again.checkpoint()  # the resumed run's own
     again.stop()
     assert again.wait(60).value == "finished", again.logs()
     second = [trace(again, r) for r in (0, 1)]
@@ -67,10 +69,12 @@ def test_a_resumed_job_continues_where_its_checkpoint_was(tmp_path):
     states = ev[ev.kind == "state"].state.tolist()
     assert states.count("running") == 2 and states[-1] == "finished"
     # The change history goes on: a checkpoint of the resumed run still holds the first
-    # run's change (its ids and steps).
+    # run's change (its id and step).
     spec = json.loads(job.run_dir.job_file.read_text())
     assert spec["resumes"] == 1 and spec["resume"]["checkpoint"].endswith(f"{s:09d}.pt")
-    assert change.change_id in {c["id"] for c in ev[ev.kind == "change"].to_dict("records")}
+    assert kept.applied_at_step > s
+    held = [c for c in load(kept.path)["changes"] if c["id"] == change.change_id]
+    assert [c["applied_at_step"] for c in held] == [change.applied_at_step]
 
 
 def test_resume_needs_an_ended_job_with_a_checkpoint():

@@ -89,12 +89,13 @@ def test_the_dashboard_follows_and_controls_a_job(kernel):
 def test_reopening_after_a_kernel_restart_shows_the_whole_history():
     k = Kernel()
     try:
+        k.run(WAIT)
         out = k.run("""
-            import asyncio, hpinteract as hpi
+            import hpinteract as hpi
             job = hpi.attach("latest")
             d = job.dashboard()
-            await asyncio.sleep(1)
             n = len(job.metrics())
+            await until(lambda: d.records >= n)  # the history loads in the background
             print(d.records == n, d.point_counts()["loss"] == min(n, 2000), n,
                   job.state.value, d.live)
         """)

@@ -43,7 +43,9 @@ def test_the_sizes_offered_for_workers():
 
 def test_batch_choices_are_the_sizes_the_ranks_can_share():
     assert batch_choices(48, HParam(32, low=1, high=256), unit=16) == [16, 32, 48, 64, 128, 256]
-    assert all(b % 6 == 0 for b in batch_choices(60, HParam(60, low=1), unit=6))
+    # Multiples of the 6 ranks only: the powers of two times 6, and the current 60.
+    assert batch_choices(60, HParam(60, low=1), unit=6) == [6, 12, 24, 48, 60, 96, 192, 384,
+                                                            768, 1536]
 
 
 def test_a_row_applies_a_user_change_but_not_its_own_updates():

@@ -40,7 +40,7 @@ def test_each_kind_of_bad_value_names_the_field_and_reason(changes, field, words
 def test_builtins_keep_their_bounds_when_given_a_default():
     s = build_specs({"momentum": 0.9})
     assert s["momentum"].high == BUILTINS["momentum"].high
-    with pytest.raises(InvalidHParam):
+    with pytest.raises(InvalidHParam, match=r"momentum=1\.5 is above the maximum 1\.0"):
         build_specs({"momentum": 1.5})
 
 
@@ -50,7 +50,7 @@ def test_spec_round_trips_through_the_wire():
 
 
 def test_bad_specs_are_reported():
-    with pytest.raises(InvalidHParam):
+    with pytest.raises(InvalidHParam, match=r"low \(2\) is above high \(1\)"):
         HParam(1, low=2, high=1)
-    with pytest.raises(InvalidHParam):
+    with pytest.raises(InvalidHParam, match="unsupported hyper-parameter type list"):
         HParam([1, 2])

@@ -795,7 +795,7 @@ def test_huge_integers_get_a_clear_rejection(fuzzed):
     wrong = [(exp, check(by_id.get(req_id), exp))
              for req_id, exp in fuzzed["huge int expect"].items()
              if check(by_id.get(req_id), exp)]
-    assert not wrong, wrong[:5]
+    assert fuzzed["huge int expect"] and not wrong, wrong[:5]
 
 
 def test_deeply_nested_json_is_rejected(fuzzed):
@@ -803,6 +803,11 @@ def test_deeply_nested_json_is_rejected(fuzzed):
     as rejected: json.loads raised RecursionError, which Codec.unpack
     (hpinteract/protocol/codec.py) did not catch; Coordinator._main logged a traceback."""
     _assert_refused(fuzzed["probe replies"]["deep nesting"])
+    by_id = {r["req_id"]: r for r in fuzzed["replies"] if r["req_id"]}
+    in_flood = fuzzed["deep nesting expect"]
+    wrong = [(exp, check(by_id.get(req_id), exp)) for req_id, exp in in_flood.items()
+             if check(by_id.get(req_id), exp)]
+    assert len(in_flood) == 5 and not wrong, wrong[:5]
 
 
 def _assert_refused(got: list[dict[str, Any]]) -> None:

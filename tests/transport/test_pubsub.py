@@ -4,6 +4,7 @@ import time
 
 import zmq
 
+from hpinteract.protocol.codec import Codec
 from hpinteract.transport.pubsub import CatchUp, Publisher, Subscriber
 
 KEY = b"p" * 32
@@ -63,12 +64,24 @@ def test_lasting_holes_are_skipped_once_the_log_is_known_complete_past_them():
     pub.close()
 
 
-def test_forged_publications_are_dropped():
+def test_forged_publications_are_dropped(caplog):
     ctx = zmq.Context.instance()
-    pub = Publisher(ctx, b"z" * 32)  # someone else's key
+    pub = Publisher(ctx, KEY)
     sub = Subscriber(ctx, f"tcp://127.0.0.1:{pub.port}", KEY)
-    time.sleep(0.3)
-    pub.publish([{"seq": 1}])
-    assert sub.recv(0.5) is None
+    deadline = time.monotonic() + 10
+    while (got := sub.recv(0.1)) is None:  # until the subscription is live
+        assert time.monotonic() < deadline
+        pub.publish([{"seq": 1}])
+    assert got == [{"seq": 1}]
+    while sub.recv(0.1) is not None:  # the extra copies sent while waiting
+        pass
+    genuine = pub.codec
+    pub.codec = Codec(b"z" * 32)  # someone else's key, on the same live socket
+    pub.publish([{"seq": 2}])
+    pub.codec = genuine
+    pub.publish([{"seq": 3}])
+    assert sub.recv(2.0) == [{"seq": 3}]  # the forged one, sent before it, never surfaced
+    assert sub.recv(0.2) is None
+    assert [r for r in caplog.records if "failed verification" in r.getMessage()]
     sub.close()
     pub.close()
