@@ -62,6 +62,18 @@ def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[s
     return ForkedCoordinator(sock, parent, store, checks, known, **coordinator).run()
 
 
+def below_the_ranks(nice: int) -> None:
+    """Every thread of this process ``nice`` steps below where it is. On Linux a nice value
+    is a thread's own (``os.nice`` moves only the caller): ZeroMQ's I/O threads, which send
+    every answer and publication, stayed at the ranks' priority when only this thread was
+    moved."""
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):  # a thread that has just ended
+            tid = int(task.name)
+            os.setpriority(os.PRIO_PROCESS, tid,
+                           min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+
+
 class ForkedCoordinator(Coordinator):
     # Metrics reach this process in rank 0's link batches, already 50 ms apart (BATCH_S): a
     # second 50 ms gate here, on a clock of its own, doubled the live delay (a subscriber saw
@@ -94,8 +106,7 @@ class ForkedCoordinator(Coordinator):
         # every other rank waits for that one at the next all-reduce. (A thread of rank 0
         # could not be put below it: holding the interpreter lock, it would hold the training
         # thread up.)
-        with contextlib.suppress(OSError):
-            os.nice(self._nice)
+        below_the_ranks(self._nice)
         self._serve(self._link.fileno())
         # The process ends right after: what the sockets still hold (the last batch of
         # records, the last answers) is delivered first, for up to LINGER_MS

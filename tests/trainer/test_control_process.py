@@ -39,6 +39,12 @@ def _children(pid: int) -> dict[int, str]:
     return out
 
 
+def _nice(task: str) -> int:
+    """The nice value of a process or thread (``/proc/<pid>`` or ``.../task/<tid>``)."""
+    stat = Path(task, "stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])
+
+
 def _gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -69,6 +75,10 @@ def test_the_coordinator_is_a_child_of_rank_0_and_dies_with_it_keeping_the_logs(
         assert state["pid"] == rank0  # clients see rank 0's pid, not the child's
         coordinators = [p for p, name in _children(rank0).items() if name == NAME]
         assert len(coordinators) == 1
+        # All its threads (ZeroMQ's I/O threads too) run 10 below rank 0 (settings.py).
+        niced = {t: _nice(f"/proc/{coordinators[0]}/task/{t}") - _nice(f"/proc/{rank0}")
+                 for t in os.listdir(f"/proc/{coordinators[0]}/task")}
+        assert len(niced) >= 2 and set(niced.values()) == {10}, niced
         ack = job.set(lr=0.021, dropout=0.3)  # served by the child, applied by the ranks
         assert ack.applied_at_step > 0 and job.hparams["lr"] == 0.021
         seen = wait_for_step(job, ack.applied_at_step + 3)
