@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +67,13 @@ def below_the_ranks(nice: int) -> None:
     """Every thread of this process ``nice`` steps below where it is. On Linux a nice value
     is a thread's own (``os.nice`` moves only the caller): ZeroMQ's I/O threads, which send
     every answer and publication, stayed at the ranks' priority when only this thread was
-    moved."""
-    for task in Path("/proc/self/task").iterdir():
-        with contextlib.suppress(OSError, ValueError):  # a thread that has just ended
-            tid = int(task.name)
+    moved. Best effort, as a priority is: without /proc, only this thread moves."""
+    try:
+        tids = [int(task.name) for task in Path("/proc/self/task").iterdir()]
+    except (OSError, ValueError):
+        tids = [threading.get_native_id()]
+    for tid in tids:
+        with contextlib.suppress(OSError):  # a thread that has just ended
             os.setpriority(os.PRIO_PROCESS, tid,
                            min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
 

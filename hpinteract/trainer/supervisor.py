@@ -84,6 +84,7 @@ def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -
 
 
 def error_of(failures: Mapping[int, Any]) -> dict[str, Any]:
+    """The root cause of a failure, as the state file and the events record it."""
     rank, failure = root_cause(failures)
     message = failure.message
     if isinstance(message, dict):  # torch's error-file form
@@ -92,9 +93,12 @@ def error_of(failures: Mapping[int, Any]) -> dict[str, Any]:
             "pid": failure.pid}
 
 
-def killed(failures: Mapping[int, Any]) -> bool:
-    """The root cause of the failure is a rank that died by a signal."""
-    return bool(root_cause(failures)[1].exitcode < 0)
+def died_by_a_signal(error: dict[str, Any], after: str, run_dir: RunDir) -> None:
+    """A rank that died by a signal once its work was safe: the job goes on (or stays
+    finished), and an event says what happened."""
+    append_event(run_dir, {"kind": "warning", "source": "supervisor", "error": error,
+                           "message": f"rank {error['rank']} died {after}: "
+                                      f"{error['message']}"})
 
 
 def run_ranks(job: dict[str, Any], run_dir: RunDir) -> None:
@@ -102,16 +106,15 @@ def run_ranks(job: dict[str, Any], run_dir: RunDir) -> None:
     had left: every rank had agreed on the new size at the boundary, and rank 0 writes the
     record only once the resize checkpoint is on disk. What killed it is torch and gloo's
     abort at teardown (see distributed.leave_together), which must not fail the job; the
-    resize goes on, and an event says what happened."""
+    resize goes on. (With torchrun restarts left, torchrun restarts the ranks instead: they
+    resume from the resize checkpoint at the old size and leave for the new one again.)"""
     try:
         torchrun(parse_args(torchrun_argv(job, run_dir)))
     except ChildFailedError as exc:
-        if peek_record(run_dir) is None or not killed(exc.failures):
-            raise
         error = error_of(exc.failures)
-        append_event(run_dir, {"kind": "warning", "source": "supervisor", "error": error,
-                               "message": f"rank {error['rank']} died after leaving for a "
-                                          f"resize: {error['message']}"})
+        if peek_record(run_dir) is None or error["exitcode"] >= 0:
+            raise
+        died_by_a_signal(error, "after leaving for a resize", run_dir)
 
 
 def main(run_path: str) -> int:
@@ -120,6 +123,9 @@ def main(run_path: str) -> int:
     if job is None:
         print(f"no job.json in {run_path}", file=sys.stderr)
         return 2
+    # A record no torchrun of this supervisor wrote (a resize whose end failed, or a
+    # supervisor killed before taking it; resume= reuses the run directory) is stale.
+    take_record(run_dir)
     try:
         run_ranks(job, run_dir)
         # A resize: the ranks checkpointed and left; the job goes on with the new number.
@@ -132,12 +138,10 @@ def main(run_path: str) -> int:
     except ChildFailedError as exc:
         error = error_of(exc.failures)
         prev = read_json(run_dir.state_file) or {}
-        if prev.get("state") == JobState.FINISHED.value and killed(exc.failures):
+        if prev.get("state") == JobState.FINISHED.value and error["exitcode"] < 0:
             # Training had finished on every rank (rank 0 recorded it after the last step)
-            # and a process died by a signal while exiting: keep the result, say what happened.
-            append_event(run_dir, {"kind": "warning", "source": "supervisor", "error": error,
-                                   "message": f"rank {error['rank']} died at exit after the "
-                                              f"job finished: {error['message']}"})
+            # and a process died by a signal while exiting: keep the result.
+            died_by_a_signal(error, "at exit after the job finished", run_dir)
             return 0
         record_end(run_dir, JobState.FAILED, error)
         return 1

@@ -110,8 +110,8 @@ def test_a_job_resized_1_2_4_1_trains_as_if_it_had_not_been():
 def test_a_rank_that_dies_by_a_signal_after_leaving_for_a_resize_does_not_fail_the_job():
     """torch + gloo sometimes abort a rank at teardown, after it left: the resize checkpoint
     is on disk by then, so the job goes on with the new size, and an event says so."""
-    n = 512
-    job = hpi.launch(JOB, nproc=2, hparams={"sleep": 0.01},
+    n = 1024  # 64 steps of 20 ms at least: the resize comes well before the end
+    job = hpi.launch(JOB, nproc=2, hparams={"sleep": 0.02},
                      args=["--n", str(n), "--epochs", "1", "--abort-leaving", "1"])
     wait_for_step(job, 5)
     ack = job.resize(1)

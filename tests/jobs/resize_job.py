@@ -12,6 +12,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import time
 
 import torch
@@ -70,6 +71,7 @@ try:
                       + "\n")
 except SystemExit:
     if run.rank == a.abort_leaving and run.world_size > 1:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
         os.abort()
     raise
 

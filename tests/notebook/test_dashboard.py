@@ -95,7 +95,9 @@ def test_reopening_after_a_kernel_restart_shows_the_whole_history():
             job = hpi.attach("latest")
             d = job.dashboard()
             n = len(job.metrics())
-            await until(lambda: d.records >= n)  # the history loads in the background
+            # The history loads in the background, and then the dashboard sees that the
+            # job has ended and stops following it.
+            await until(lambda: d.records >= n and not d.live)
             print(d.records == n, d.point_counts()["loss"] == min(n, 2000), n,
                   job.state.value, d.live)
         """)
