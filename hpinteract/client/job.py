@@ -56,12 +56,12 @@ class Job:
         st = self._status_file()
         state = JobState(st["state"]) if st.get("state") in JobState._value2member_map_ \
             else JobState.STARTING
-        if not state.terminal and not job_alive(self.spec, self._proc, st):
+        if not state.terminal and not job_alive(lambda: self.spec, self._proc, st):
             return JobState.FAILED
         return state
 
     def _supervisor_running(self) -> bool | None:
-        return supervisor_running(self.spec, self._proc)
+        return supervisor_running(lambda: self.spec, self._proc)
 
     @property
     def error(self) -> JobError | None:

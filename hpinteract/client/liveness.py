@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 
@@ -33,17 +34,20 @@ def process_alive(spec: dict[str, Any], pid: Any) -> bool | None:
     return pid_alive(int(pid))
 
 
-def supervisor_running(spec: dict[str, Any],
+def supervisor_running(spec_of: Callable[[], dict[str, Any]],
                        process: subprocess.Popen[bytes] | None) -> bool | None:
+    """``spec_of`` reads job.json: only when this process did not start the supervisor
+    (``Job.state`` asks on every request, and a launching client needs no file read)."""
     if process is not None:
         return process.poll() is None  # polling also reaps it
+    spec = spec_of()
     return process_alive(spec, spec.get("supervisor_pid"))
 
 
-def job_alive(spec: dict[str, Any], process: subprocess.Popen[bytes] | None,
+def job_alive(spec_of: Callable[[], dict[str, Any]], process: subprocess.Popen[bytes] | None,
               state: dict[str, Any]) -> bool:
     """False only when it is known that none of the job's processes runs."""
-    running = supervisor_running(spec, process)
+    running = supervisor_running(spec_of, process)
     if running is None:  # started by plain torchrun: rank 0's process is the job's life
-        running = process_alive(spec, state.get("pid"))
+        running = process_alive(spec_of(), state.get("pid"))
     return running is not False

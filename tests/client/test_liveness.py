@@ -31,19 +31,25 @@ def test_another_machines_job_or_no_pid_cannot_be_checked_from_here():
 def test_the_supervisor_this_process_started_is_polled_and_reaped():
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert supervisor_running(HERE, p) is True
+        assert supervisor_running(lambda: HERE, p) is True
+
+        def unread():  # the process this client started answers: job.json is not read
+            raise AssertionError("job.json read")
+
+        assert job_alive(unread, p, {"pid": dead_pid()})
     finally:
         p.kill()
         p.wait()
-    assert supervisor_running(HERE, p) is False
-    assert supervisor_running({**HERE, "supervisor_pid": dead_pid()}, None) is False
+    assert supervisor_running(lambda: HERE, p) is False
+    assert supervisor_running(lambda: {**HERE, "supervisor_pid": dead_pid()}, None) is False
 
 
 def test_a_job_is_dead_only_when_that_is_known():
-    assert job_alive({**HERE, "supervisor_pid": os.getpid()}, None, {"pid": dead_pid()})
-    assert not job_alive({**HERE, "supervisor_pid": dead_pid()}, None, {"pid": os.getpid()})
+    assert job_alive(lambda: {**HERE, "supervisor_pid": os.getpid()}, None, {"pid": dead_pid()})
+    assert not job_alive(lambda: {**HERE, "supervisor_pid": dead_pid()}, None, {"pid": os.getpid()})
     # A job torchrun started directly: rank 0's pid is its life.
-    assert job_alive(HERE, None, {"pid": os.getpid()})
-    assert not job_alive(HERE, None, {"pid": dead_pid()})
+    assert job_alive(lambda: HERE, None, {"pid": os.getpid()})
+    assert not job_alive(lambda: HERE, None, {"pid": dead_pid()})
     # Another machine's job: only its state file can tell.
-    assert job_alive({"hostname": "elsewhere.invalid", "supervisor_pid": 1}, None, {"pid": 1})
+    elsewhere = {"hostname": "elsewhere.invalid", "supervisor_pid": 1}
+    assert job_alive(lambda: elsewhere, None, {"pid": 1})
