@@ -26,5 +26,16 @@ def wait_for_step(job: hpi.Job, step: int, timeout: float = 90.0) -> int:
     raise AssertionError(f"job did not reach step {step} in {timeout}s\n{job.logs()}")
 
 
+def proc_stat(path: str | Path) -> tuple[str, list[str]] | None:
+    """A process's or thread's ``stat`` (``/proc/<pid>`` or ``.../task/<tid>``): its name
+    and the fields after it (0: the state letter, 1: the parent, 16: the nice value), or
+    None once it is gone. The name may hold spaces and parentheses: it ends at the last ')'."""
+    try:
+        stat = Path(path, "stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+
+
 def trace(job: hpi.Job, rank: int) -> list[dict]:
     return json.loads((job.run_dir.path / f"trace_{rank}.json").read_text())

@@ -41,7 +41,7 @@ from .coordinator import PERIODIC_SOURCE, Coordinator
 from .forked import serve as serve_forked
 from .link import BATCH_S, Reader, encode
 from .store import HParamStore
-from .stuck import describe, dumpable_child
+from .stuck import describe, dumpable_child, no_collection_across_fork
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,10 @@ def control_plane(run_dir: RunDir, *, store: HParamStore, world_size: int, ip: s
         coord.start()
         return coord
 
+    known = facts()  # read here: the child runs as little of rank 0's code as it can
+
     def serve(sock: socket.socket, parent: int) -> int:  # in the child, just forked
-        return serve_forked(sock, parent, store=store, facts=facts(), run_dir=run_dir,
+        return serve_forked(sock, parent, store=store, facts=known, run_dir=run_dir,
                             world_size=world_size, ip=ip, policies=policies, resumed=resumed)
 
     plane = ControlProcess(run_dir.checkpoints_dir, serve, facts)
@@ -131,7 +133,7 @@ class ControlProcess:
     # ---- the training thread --------------------------------------------------------------
     def start(self) -> None:
         ours, theirs = socket.socketpair()
-        with dumpable_child():
+        with dumpable_child(), no_collection_across_fork():
             pid = os.fork()
         if pid == 0:  # the child: never returns into the training script
             code = 70

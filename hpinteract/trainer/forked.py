@@ -49,8 +49,10 @@ def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[s
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # What the fork copied stays as it is: a collection here could run the finalizers of
-    # the training process's objects (tensors, device memory, sockets).
+    # the training process's objects (tensors, device memory, sockets). The collector was
+    # off since before the fork (stuck.no_collection_across_fork); frozen, it is safe again.
     gc.freeze()
+    gc.enable()
     # A start that hangs says where, in the rank's log, before rank 0 gives up on it
     # (control_process.START_S); one such hang was seen once and not understood.
     faulthandler.dump_traceback_later(START_DUMP_S, file=sys.stderr)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import zmq
-from helpers import TOY, wait_for_step
+from helpers import TOY, proc_stat, wait_for_step
 
 import hpinteract as hpi
 from hpinteract.client.history import read_records
@@ -26,33 +26,22 @@ PROCESS = {"HPINTERACT_COORDINATOR": "process"}  # opt-in (control_process.proce
 
 def _children(pid: int) -> dict[int, str]:
     """pid -> name of the processes whose parent is ``pid``."""
-    out = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                stat = (p / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == pid:
-                out[int(p.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
-    return out
+    stats = {int(p.name): proc_stat(p) for p in Path("/proc").iterdir() if p.name.isdigit()}
+    return {p: st[0] for p, st in stats.items() if st is not None and int(st[1][1]) == pid}
 
 
 def _nice(task: str) -> int:
     """The nice value of a process or thread (``/proc/<pid>`` or ``.../task/<tid>``)."""
-    stat = Path(task, "stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[16])
+    st = proc_stat(task)
+    assert st is not None, f"{task} is gone"
+    return int(st[1][16])
 
 
 def _gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return True
-        if stat[stat.rindex(")") + 2] == "Z":  # exited, not yet reaped
+        st = proc_stat(f"/proc/{pid}")
+        if st is None or st[1][0] == "Z":  # exited (reaped, or not yet)
             return True
         time.sleep(0.02)
     return False
