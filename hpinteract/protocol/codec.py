@@ -53,10 +53,9 @@ class Codec:
         self._seen: OrderedDict[str, float] = OrderedDict()
 
     def sign(self, parts: Sequence[bytes]) -> bytes:
-        mac = hmac.new(self._key, digestmod=hashlib.sha256)
-        for part in parts:
-            mac.update(part)
-        return mac.hexdigest().encode()
+        # One-shot HMAC over the parts joined (the same MAC as updating part by part): no
+        # HMAC object per message, which was most of the cost of signing.
+        return hmac.digest(self._key, b"".join(parts), hashlib.sha256).hex().encode()
 
     def pack(self, msg: Message, *, topic: bytes | None = None) -> list[bytes]:
         header = _dumps(msg.header.to_dict())

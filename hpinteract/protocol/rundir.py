@@ -40,12 +40,16 @@ def new_job_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
 
-def atomic_write_json(path: Path, obj: Any, mode: int = 0o600) -> None:
-    """Write-then-rename, so a reader never sees half a file; owner-only by default."""
+def atomic_write_json(path: Path, obj: Any, mode: int = 0o600, *,
+                      indent: int | None = 1) -> None:
+    """Write-then-rename, so a reader never sees half a file; owner-only by default.
+    ``indent=None`` writes one compact line, several times faster (json's C encoder does
+    not indent): for a file rewritten while the job trains."""
+    data = json.dumps(obj, indent=indent, separators=None if indent else (",", ":"))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1)
+        f.write(data)
     os.replace(tmp, path)
 
 

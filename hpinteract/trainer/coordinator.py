@@ -25,6 +25,7 @@ import zmq
 
 from ..protocol.connection import ConnectionInfo, new_key
 from ..protocol.errors import CheckpointError, InvalidState
+from ..protocol.messages import Message
 from ..protocol.rundir import RunDir
 from ..protocol.states import JobState
 from ..transport.control import ControlServer
@@ -70,8 +71,10 @@ class Coordinator(RequestDesk):
         self._intended = JobState.STARTING  # the state once queued commands have applied
         self._unapplied = 0  # commands queued or taken by the training thread, not yet applied
         self._security = RateLimit(per_minute=30)
-        self._replies = Replies(lambda identity, msg, reply:
-                                self._server.reply(identity, msg, reply))
+        # Answers go out at the end of the cycle that made them, after one write of the
+        # events log (_send_answers): a change is on record before anyone is told it applied.
+        self._answers: list[tuple[list[bytes], Message | None, dict[str, Any], str | None]] = []
+        self._replies = Replies(self._answer)
         self.policies = JobPolicies(world_size, validate=validate, submit=self._enqueue,
                                     record=self._record_event)
         self.policies.add_initial(policies or [], (resumed or {}).get("policies") or [])
@@ -166,8 +169,26 @@ class Coordinator(RequestDesk):
         if self._writer is not None:
             for written in self._writer.finished():
                 self._on_written(written)
+        self._send_answers()
         self.journal.end_cycle()
         return running
+
+    def _answer(self, identity: list[bytes], msg: Message | None, reply: dict[str, Any],
+                req_id: str | None = None) -> None:
+        """Queue a reply for the end of this cycle (``req_id`` when there is no ``msg``)."""
+        self._answers.append((identity, msg, reply, req_id))
+
+    def _send_answers(self) -> None:
+        """The cycle's answers, after the events log is written (a write, not an fsync: a
+        kill -9 of the job keeps it). Under load a boundary applies several changes at
+        once: one write for them all, where each had cost a write of its own (a syscall and,
+        in the coordinator thread, rank 0's interpreter lock)."""
+        if not self._answers:
+            return
+        self.journal.events.flush()
+        answers, self._answers = self._answers, []
+        for identity, msg, reply, req_id in answers:
+            self._server.reply(identity, msg, reply, req_id)
 
     def _on_wake(self) -> None:
         os.read(self._wake_r, 65536)
@@ -232,11 +253,7 @@ class Coordinator(RequestDesk):
         else:
             reply["state"] = cmd.op
         self.policies.on_applied(cmd, step)
-        if cmd.req_id is not None:
-            # The change is in the events log (the kernel's copy: a kill -9 of the job keeps
-            # it) before anyone is told it applied. Commands are rare: this costs nothing.
-            self.journal.events.flush()
-        self._replies.finish(cmd.req_id, reply)
+        self._replies.finish(cmd.req_id, reply)  # sent once logged (_send_answers)
 
     def _on_checkpoint(self, cmd: Command, state: dict[str, Any]) -> None:
         """The training thread's copy, completed with what this thread owns, goes to the
@@ -279,6 +296,7 @@ class Coordinator(RequestDesk):
                 f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
         self.pending.clear()
         self.journal.close(state, error)
+        self._send_answers()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir.connection)
         self._close_sockets()

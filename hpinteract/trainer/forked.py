@@ -174,6 +174,7 @@ class ForkedCoordinator(Coordinator):
     def _shutdown(self) -> None:
         if self._orphaned:  # keep what was logged; the job's end is the supervisor's to say
             self.journal.flush()
+            self._send_answers()
             self._close_sockets()
             return
         super()._shutdown()
@@ -214,4 +215,4 @@ class ForkedCoordinator(Coordinator):
             reply = {"ok": True, "cancelled": False, "reply": self._replies.done[req_id]}
         else:
             reply = {"ok": True, "cancelled": False, "in_flight": True}
-        self._server.reply(identity, msg, reply)
+        self._answer(identity, msg, reply)

@@ -32,7 +32,8 @@ COLUMNS_EVERY_S = 1.0
 # The logs are written and the stream published at most this often (20 times a second, as
 # an idle cycle does): under load every request woke a cycle, and each cycle sent its
 # handful of records to every subscriber (16 of them: the zmq I/O thread's CPU) and wrote
-# them (a syscall per log). Events are written at once all the same (see event()).
+# them (a syscall per log). Events are written sooner when a cycle answers a client (the
+# coordinator writes them before it sends its answers).
 PUBLISH_EVERY_S = 0.05
 
 
@@ -85,9 +86,8 @@ class Journal:
         self.events.append(rec)
         if event.get("kind") == "change" and event.get("status") == "applied":
             self.changes.append(rec)
-        # Events are rare and a client may read the log right after its ack: flush now
-        # (a write, not an fsync). Per-step metrics stay buffered for the cycle's flush.
-        self.events.flush()
+        # Written before any answer of this cycle is sent (Coordinator._send_answers: a
+        # client may read the log right after its ack), else with the cycle's publication.
         self._batch.append(rec)
 
     def take_fresh(self) -> list[dict[str, Any]]:
@@ -115,7 +115,7 @@ class Journal:
             "job_id": self.run_dir.job_id, "state": self.state.value, "pid": self.pid,
             "world_size": self.world_size, "updated": time.time(), "error": error,
             "latest": self.latest, **self.status,
-        })
+        }, indent=None)  # rewritten up to 4 times a second under load: compact
 
     def page(self, since: int, limit: int) -> tuple[list[dict[str, Any]], bool]:
         return merge_pages([self.metrics, self.events], since, limit)

@@ -51,6 +51,11 @@ class RequestDesk:
         """Write an event to the job's events log (the coordinator's journal does)."""
         raise NotImplementedError  # Coordinator's own
 
+    def _answer(self, identity: list[bytes], msg: Message | None, reply: dict[str, Any],
+                req_id: str | None = None) -> None:
+        """Send a reply once this cycle's events are logged (the coordinator does)."""
+        raise NotImplementedError  # Coordinator's own
+
     def _serve_one(self) -> None:
         try:
             identity, msg = self._server.recv()
@@ -61,8 +66,8 @@ class RequestDesk:
                 self._record_event({"kind": "security", "status": "rejected",
                                     "reason": str(exc), **self._security.suppressed()})
             if logged or exc.signed:  # a key holder is always told what was wrong
-                self._server.reply(exc.identity, None,
-                                   {"ok": False, "error": exc.error.to_wire()}, exc.req_id)
+                self._answer(exc.identity, None, {"ok": False, "error": exc.error.to_wire()},
+                             exc.req_id)
             return
         if self._replies.retry(identity, msg):
             return
@@ -83,7 +88,7 @@ class RequestDesk:
                 })
             reply = {"ok": False, "error": exc.to_wire()}
         if reply is not None:
-            self._server.reply(identity, msg, reply)
+            self._answer(identity, msg, reply)
 
     def _handle(self, identity: list[bytes], msg: Message) -> dict[str, Any] | None:
         t = msg.type
