@@ -18,6 +18,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -81,6 +82,7 @@ class Coordinator(RequestDesk):
         self.info: ConnectionInfo | None = None
         self.journal: Journal  # the logs, opened by the coordinator thread
         self._writer: CheckpointWriter | None = None  # started by the first checkpoint
+        self._served_at = 0.0  # when a cycle last served requests (_request_gate)
 
     # ---- called from the training thread -------------------------------------------------
     def start(self) -> ConnectionInfo:
@@ -147,6 +149,8 @@ class Coordinator(RequestDesk):
         poller = zmq.Poller()
         poller.register(self._server.socket, zmq.POLLIN)
         poller.register(wake_fd, zmq.POLLIN)
+        self._news_only = zmq.Poller()  # while requests wait for each other (_request_gate)
+        self._news_only.register(wake_fd, zmq.POLLIN)
         running = True
         while running:
             try:
@@ -157,14 +161,16 @@ class Coordinator(RequestDesk):
 
     def _cycle(self, poller: zmq.Poller) -> bool:
         # 50 ms: live plots get 20 batches a second, and an idle job costs next to nothing.
-        ready = dict(poller.poll(max(1, round(1000 * self.journal.wait_s(0.05)))))
+        wait = self.journal.wait_s(0.05)
+        opens = self._served_at + self._request_gate()
+        held = time.monotonic() < opens
+        if held:  # only the training thread's news (acks are never held)
+            poller, wait = self._news_only, min(wait, opens - time.monotonic())
+        ready = dict(poller.poll(max(1, round(1000 * wait))))
         if self._wake_fd in ready:
             self._on_wake()
-        if self._server.socket in ready:
-            for _ in range(1000):  # bounded, so the outbox is never starved
-                if not self._server.socket.poll(0):
-                    break
-                self._serve_one()
+        if self._server.socket in ready or (held and time.monotonic() >= opens):
+            self._serve_waiting()
         running = self._drain()
         if self._writer is not None:
             for written in self._writer.finished():
@@ -172,23 +178,6 @@ class Coordinator(RequestDesk):
         self._send_answers()
         self.journal.end_cycle()
         return running
-
-    def _answer(self, identity: list[bytes], msg: Message | None, reply: dict[str, Any],
-                req_id: str | None = None) -> None:
-        """Queue a reply for the end of this cycle (``req_id`` when there is no ``msg``)."""
-        self._answers.append((identity, msg, reply, req_id))
-
-    def _send_answers(self) -> None:
-        """The cycle's answers, after the events log is written (a write, not an fsync: a
-        kill -9 of the job keeps it). Under load a boundary applies several changes at
-        once: one write for them all, where each had cost a write of its own (a syscall and,
-        in the coordinator thread, rank 0's interpreter lock)."""
-        if not self._answers:
-            return
-        self.journal.events.flush()
-        answers, self._answers = self._answers, []
-        for identity, msg, reply, req_id in answers:
-            self._server.reply(identity, msg, reply, req_id)
 
     def _on_wake(self) -> None:
         os.read(self._wake_r, 65536)

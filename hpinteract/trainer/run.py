@@ -310,6 +310,9 @@ class Run:
             "watched": self._binding is not None,
             "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
             "restarts": attempt(),
+            # How soon a change can apply: the coordinator lets requests wait for each other
+            # for a share of it (coordinator.REQUEST_GATE_SHARE).
+            "sync_s": round(self._sync.seconds_between(), 4),
         }, wake=wake)
 
     # ---- the end (ending.py) -------------------------------------------------------------

@@ -42,6 +42,7 @@ class StepSync:
         self._max_latency = max_latency_s
         self._fixed = every
         self.countdown = 0  # sync at the very first boundary
+        self.interval = 1  # steps from one sync point to the next, as last agreed
         # Seconds per broadcast (rank 0). The median of recent ones: a broadcast's time also
         # holds the wait for a slower rank, which the next all-reduce would pay anyway, and
         # the mean of those waits is several times the broadcast's own cost.
@@ -58,6 +59,10 @@ class StepSync:
 
     def observe_step(self, seconds: float) -> None:
         self._step_time = seconds if self._step_time == 0 else 0.9 * self._step_time + 0.1 * seconds
+
+    def seconds_between(self) -> float:
+        """About how long from one sync point to the next (rank 0; 0 before a step)."""
+        return self.interval * self._step_time
 
     def next_interval(self) -> int:
         if self._fixed is not None:
@@ -93,6 +98,7 @@ class StepSync:
         else:
             raw = bytes(word[_HEAD.size : _HEAD.size + length].numpy())
         self.countdown = interval - 1
+        self.interval = interval
         self.syncs += 1
         if self._rank == 0:
             self._sync_costs.append(time.perf_counter() - t0)

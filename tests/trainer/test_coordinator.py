@@ -1,0 +1,132 @@
+"""The coordinator's cycle (hpinteract/trainer/coordinator.py), with a real coordinator
+thread, real ZeroMQ sockets and a real client; the training thread is played by the test:
+answers only once logged, and requests that come close together served together while
+acknowledgements never wait."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hpinteract as hpi
+from hpinteract.protocol.hparams import HParam
+from hpinteract.protocol.rundir import RunDir
+from hpinteract.protocol.states import JobState
+from hpinteract.trainer import requests as requests_module
+from hpinteract.trainer.coordinator import Coordinator
+from hpinteract.trainer.store import HParamStore
+
+
+class Rank0:
+    """The training thread's side: takes the pending commands and says they applied."""
+
+    def __init__(self, coord: Coordinator, store: HParamStore) -> None:
+        self.coord, self.store, self.step = coord, store, 0
+
+    def status(self, **extra: Any) -> None:
+        self.coord.post("status", {
+            "hparams": dict(self.store.view), "watched": True,
+            "specs": {n: s.to_wire() for n, s in self.store.specs.items()}, **extra})
+
+    def apply_pending(self) -> list[str]:
+        cmds = self.coord.take_pending()
+        for i, c in enumerate(cmds):
+            self.store.apply(c.values, self.step)
+            self.coord.post("applied", c, self.step, wake=i == len(cmds) - 1)
+        self.step += 1
+        return [c.id for c in cmds]
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[tuple[hpi.Job, Rank0, RunDir]]:
+    run_dir = RunDir.create(root=tmp_path)
+    store = HParamStore({"lr": HParam(0.1, low=0.0, high=1.0)})
+    coord = Coordinator(run_dir, validate=store.validate, world_size=2)
+    coord.start()
+    rank0 = Rank0(coord, store)
+    coord.post("state", JobState.RUNNING, 0, "job")
+    rank0.status()
+    try:
+        yield hpi.attach(str(run_dir.path)), rank0, run_dir
+    finally:
+        coord.close(JobState.FINISHED)
+
+
+def _until(what, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def _applier(rank0: Rank0, stop: threading.Event) -> threading.Thread:
+    def loop() -> None:
+        while not stop.is_set():
+            rank0.apply_pending()
+            time.sleep(0.005)
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    return t
+
+
+def test_an_acknowledged_change_is_already_in_the_events_log_on_disk(job):
+    client, rank0, run_dir = job
+    stop = threading.Event()
+    _applier(rank0, stop)
+    try:
+        for lr in (0.2, 0.3, 0.4):
+            ack = client.set(lr=lr)
+            # Read straight from the file, as another process would after its ack.
+            events = [json.loads(line) for line in run_dir.events_log.read_text().splitlines()]
+            applied = [e for e in events if e.get("kind") == "change"
+                       and e.get("status") == "applied" and e["id"] == ack.change_id]
+            assert applied and applied[0]["values"] == {"lr": lr}
+            assert applied[0]["applied_at_step"] == ack.applied_at_step
+    finally:
+        stop.set()
+
+
+def test_requests_close_together_wait_for_each_other_and_acks_do_not(job, monkeypatch):
+    client, rank0, _ = job
+    # A long gate, so that what the test sees cannot depend on how fast this machine is.
+    monkeypatch.setattr(requests_module, "REQUEST_GATE_MAX_S", 2.0)
+    rank0.status(sync_s=10.0)  # the gate: min(2.0, 0.5 * 10) = 2 s
+    pool = ThreadPoolExecutor(2)
+    first: Future[hpi.Ack] = pool.submit(client.set, lr=0.2)
+    _until(lambda: len(rank0.coord.pending) == 1)  # served at once: nothing came before it
+    served_first = time.monotonic()
+    second: Future[hpi.Ack] = pool.submit(client.set, lr=0.3)
+    # The first applies and is acknowledged while the second waits for the gate.
+    assert rank0.apply_pending()
+    assert first.result(timeout=5).values == {"lr": 0.2}
+    acked_first = time.monotonic()
+    assert acked_first - served_first < 1.5, "an acknowledgement waited for the gate"
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - served_first)))
+    assert not rank0.coord.pending and not second.done()  # 1 s into a 2 s gate: held
+    _until(lambda: len(rank0.coord.pending) == 1, timeout=10)
+    assert time.monotonic() - served_first >= 1.9
+    assert rank0.apply_pending()
+    assert second.result(timeout=5).values == {"lr": 0.3}
+    pool.shutdown()
+
+
+def test_without_a_known_sync_interval_requests_are_served_at_once(job, monkeypatch):
+    client, rank0, _ = job
+    monkeypatch.setattr(requests_module, "REQUEST_GATE_MAX_S", 2.0)
+    pool = ThreadPoolExecutor(2)
+    futures = [pool.submit(client.set, lr=0.2)]
+    _until(lambda: len(rank0.coord.pending) == 1)
+    t = time.monotonic()
+    futures.append(pool.submit(client.set, lr=0.3))
+    _until(lambda: len(rank0.coord.pending) == 2)
+    assert time.monotonic() - t < 1.0  # no 2 s gate (its status has no sync_s)
+    rank0.apply_pending()
+    assert [f.result(timeout=5).values["lr"] for f in futures] == [0.2, 0.3]
+    pool.shutdown()
