@@ -20,8 +20,8 @@ TOPIC_RECORDS = b"records"
 
 
 def new_id() -> str:
-    """128 random bits as 32 hex digits (what ``uuid4().hex`` gives, without building a
-    UUID: several ids are made per change)."""
+    """128 random bits as 32 hex digits (the format of ``uuid4().hex``, without building a
+    UUID: several ids are made per change; nothing reads them as UUIDs)."""
     return os.urandom(16).hex()
 
 

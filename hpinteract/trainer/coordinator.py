@@ -169,13 +169,15 @@ class Coordinator(RequestDesk):
         ready = dict(poller.poll(max(1, round(1000 * wait))))
         if self._wake_fd in ready:
             self._on_wake()
-        if self._server.socket in ready or (held and time.monotonic() >= opens):
-            self._serve_waiting()
-        running = self._drain()
-        if self._writer is not None:
-            for written in self._writer.finished():
-                self._on_written(written)
-        self._send_answers()
+        try:
+            if self._server.socket in ready or (held and time.monotonic() >= opens):
+                self._serve_waiting()
+            running = self._drain()
+            if self._writer is not None:
+                for written in self._writer.finished():
+                    self._on_written(written)
+        finally:  # what was answered is sent even if a later part of the cycle raised
+            self._send_answers()
         self.journal.end_cycle()
         return running
 
@@ -276,16 +278,21 @@ class Coordinator(RequestDesk):
 
     def _shutdown(self) -> None:
         state, error = self._final
-        if self._writer is not None:  # what was captured is written and answered first
-            self._writer.close()
-            for written in self._writer.finished():
-                self._on_written(written)
-        for cmd in self._unanswered():
-            self._replies.finish(cmd.req_id, {"ok": False, "error": InvalidState(
-                f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
-        self.pending.clear()
-        self.journal.close(state, error)
-        self._send_answers()
+        try:
+            if self._writer is not None:  # what was captured is written and answered first
+                self._writer.close()
+                for written in self._writer.finished():
+                    self._on_written(written)
+            for cmd in self._unanswered():
+                self._replies.finish(cmd.req_id, {"ok": False, "error": InvalidState(
+                    f"the job ended ({state.value}) before the {cmd.op} could apply").to_wire()})
+            self.pending.clear()
+        finally:
+            self._send_answers()  # before the logs close: the events log is written first
+        try:
+            self.journal.close(state, error)
+        except OSError:  # a full disk: the sockets still close and the connection file goes
+            log.exception("hpinteract coordinator: the logs could not be closed cleanly")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.run_dir.connection)
         self._close_sockets()

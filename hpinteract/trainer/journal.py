@@ -100,6 +100,7 @@ class Journal:
             return False
         self.state = state
         self.event({"kind": "state", "state": state.value, "step": step, "source": source})
+        self.events.flush()  # a reader of the state file finds the event in the log too
         self.write_state()
         return True
 

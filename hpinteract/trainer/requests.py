@@ -2,10 +2,11 @@
 
 Runs in: rank 0's coordinator, as part of ``Coordinator`` (a base class of it: the
 request side and the loop share the coordinator's state, and a request is served in the
-loop's cycle). A query is answered at once; a command is validated, queued for the next
-step boundary and answered once applied (coordinator.py); anything wrong gets a typed error,
-and nothing of it is queued. Answers go out at the end of the cycle, once the events log is
-written; requests that come close together are served together (``_request_gate``).
+loop's cycle). A query is answered in the cycle that serves it; a command is validated,
+queued for the next step boundary and answered once applied (coordinator.py); anything
+wrong gets a typed error, and nothing of it is queued. Every answer goes out at the end of
+the cycle that made it, once the events log is written; requests that come close together
+are served together (``_request_gate``).
 """
 
 from __future__ import annotations
@@ -84,10 +85,18 @@ class RequestDesk:
         in the coordinator thread, rank 0's interpreter lock)."""
         if not self._answers:
             return
-        self.journal.events.flush()
         answers, self._answers = self._answers, []
+        try:
+            self.journal.events.flush()
+        except (OSError, ValueError):
+            # A full disk: the changes have applied all the same, and saying so is the
+            # truth; withholding the answers would leave every client waiting for nothing.
+            log.exception("hpinteract coordinator: the events log could not be written")
         for identity, msg, reply, req_id in answers:
-            self._server.reply(identity, msg, reply, req_id)
+            try:
+                self._server.reply(identity, msg, reply, req_id)
+            except Exception:  # one bad answer must not cost the others theirs
+                log.exception("hpinteract coordinator: an answer could not be sent")
 
     def _serve_waiting(self) -> None:
         """Serve the requests that have arrived (at most 1000: the outbox waits too)."""

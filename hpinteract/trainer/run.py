@@ -311,7 +311,7 @@ class Run:
             "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
             "restarts": attempt(),
             # How soon a change can apply: the coordinator lets requests wait for each other
-            # for a share of it (coordinator.REQUEST_GATE_SHARE).
+            # for a share of it (requests.REQUEST_GATE_SHARE).
             "sync_s": round(self._sync.seconds_between(), 4),
         }, wake=wake)
 

@@ -36,6 +36,7 @@ def bind_random_port(sock: zmq.Socket[Any], ip: str = "127.0.0.1") -> int:
 
 _SNDMORE = int(zmq.SNDMORE)
 
+
 class Rejected(Exception):
     """A request that failed verification; ``identity`` lets the server answer it."""
 
