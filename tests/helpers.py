@@ -26,6 +26,18 @@ def wait_for_step(job: hpi.Job, step: int, timeout: float = 90.0) -> int:
     raise AssertionError(f"job did not reach step {step} in {timeout}s\n{job.logs()}")
 
 
+def until(cond, timeout=60.0, what="condition", poll_s=0.1):
+    """Poll ``cond()`` until it gives something true (a non-empty value); return it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value is not None and value is not False and (not hasattr(value, "__len__")
+                                                         or len(value)):
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def proc_stat(path: str | Path) -> tuple[str, list[str]] | None:
     """A process's or thread's ``stat`` (``/proc/<pid>`` or ``.../task/<tid>``): its name
     and the fields after it (0: the state letter, 1: the parent, 16: the nice value), or

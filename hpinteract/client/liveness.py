@@ -9,6 +9,7 @@ all there is.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -47,6 +48,7 @@ def supervisor_running(spec_of: Callable[[], dict[str, Any]],
 def job_alive(spec_of: Callable[[], dict[str, Any]], process: subprocess.Popen[bytes] | None,
               state: dict[str, Any]) -> bool:
     """False only when it is known that none of the job's processes runs."""
+    spec_of = functools.cache(spec_of)  # read job.json at most once, and only if needed
     running = supervisor_running(spec_of, process)
     if running is None:  # started by plain torchrun: rank 0's process is the job's life
         running = process_alive(spec_of(), state.get("pid"))

@@ -86,7 +86,7 @@ class Journal:
         self.events.append(rec)
         if event.get("kind") == "change" and event.get("status") == "applied":
             self.changes.append(rec)
-        # Written before any answer of this cycle is sent (Coordinator._send_answers: a
+        # Written before any answer of this cycle is sent (RequestDesk._send_answers: a
         # client may read the log right after its ack), else with the cycle's publication.
         self._batch.append(rec)
 

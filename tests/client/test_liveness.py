@@ -53,3 +53,14 @@ def test_a_job_is_dead_only_when_that_is_known():
     # Another machine's job: only its state file can tell.
     elsewhere = {"hostname": "elsewhere.invalid", "supervisor_pid": 1}
     assert job_alive(lambda: elsewhere, None, {"pid": 1})
+
+
+def test_a_torchrun_jobs_liveness_reads_job_json_once():
+    reads = []
+
+    def spec():
+        reads.append(1)
+        return HERE
+
+    assert not job_alive(spec, None, {"pid": dead_pid()})  # no supervisor: rank 0's pid
+    assert len(reads) == 1

@@ -1,26 +1,14 @@
 """Policies against real 2-rank jobs: a notebook's own (client-side) and the job's built-ins
 by name, their decisions on every rank at one step, precedence, failure, rollback."""
 
-import time
 
 import pytest
-from helpers import JOBS, trace, wait_for_step
+from helpers import JOBS, trace, until, wait_for_step
 
 import hpinteract as hpi
 from hpinteract.policies import Policy
 
 POLICY_JOB = JOBS / "policy_job.py"
-
-
-def until(cond, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value is not None and value is not False and (not hasattr(value, "__len__")
-                                                         or len(value)):
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def events(job, **match):

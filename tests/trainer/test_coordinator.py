@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import until
 
 import hpinteract as hpi
 from hpinteract.protocol.hparams import HParam
@@ -59,13 +60,6 @@ def job(tmp_path: Path) -> Iterator[tuple[hpi.Job, Rank0, RunDir]]:
         coord.close(JobState.FINISHED)
 
 
-def _until(what, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
-
-
 def _applier(rank0: Rank0, stop: threading.Event) -> threading.Thread:
     def loop() -> None:
         while not stop.is_set():
@@ -101,14 +95,15 @@ def test_requests_close_together_wait_for_each_other_and_acks_do_not(job, monkey
     pool = ThreadPoolExecutor(2)
     before = time.monotonic()  # never later than the first is served: the gate's start
     first: Future[hpi.Ack] = pool.submit(client.set, lr=0.2)
-    _until(lambda: len(rank0.coord.pending) == 1)  # served at once: nothing came before it
+    # served at once: nothing came before it
+    until(lambda: len(rank0.coord.pending) == 1, 10, poll_s=0.002)
     second: Future[hpi.Ack] = pool.submit(client.set, lr=0.3)
     # The first applies and is acknowledged while the second waits for the gate: had the
     # ack waited for the gate, the second would have been served by the time it came.
     assert rank0.apply_pending()
     assert first.result(timeout=5).values == {"lr": 0.2}
     assert not rank0.coord.pending and not second.done()
-    _until(lambda: len(rank0.coord.pending) == 1, timeout=10)
+    until(lambda: len(rank0.coord.pending) == 1, timeout=10, poll_s=0.002)
     assert time.monotonic() - before >= 2.0  # held until the gate opened
     assert rank0.apply_pending()
     assert second.result(timeout=5).values == {"lr": 0.3}
@@ -120,10 +115,10 @@ def test_without_a_known_sync_interval_requests_are_served_at_once(job, monkeypa
     monkeypatch.setattr(requests_module, "REQUEST_GATE_MAX_S", 2.0)
     pool = ThreadPoolExecutor(2)
     futures = [pool.submit(client.set, lr=0.2)]
-    _until(lambda: len(rank0.coord.pending) == 1)
+    until(lambda: len(rank0.coord.pending) == 1, 10, poll_s=0.002)
     t = time.monotonic()
     futures.append(pool.submit(client.set, lr=0.3))
-    _until(lambda: len(rank0.coord.pending) == 2)
+    until(lambda: len(rank0.coord.pending) == 2, 10, poll_s=0.002)
     assert time.monotonic() - t < 1.0  # no 2 s gate (its status has no sync_s)
     rank0.apply_pending()
     assert [f.result(timeout=5).values["lr"] for f in futures] == [0.2, 0.3]
