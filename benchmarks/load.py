@@ -28,6 +28,13 @@ on all alike:
   ``--rate`` (100) calls a second, paced (call i is due at t0 + i/rate; a pool of threads
   makes them, since each call waits for its step boundary), for ``--seconds`` (30);
 - ``shared``: ``load`` with the clients and the setter at the job's priority;
+- ``load-setter`` and ``load-subscribers``: the two halves of ``load``, its setter alone
+  and its subscribers alone, to say which costs what;
+- ``burn``: the control, with no hpinteract client at all: ``--subscribers`` + 1 processes
+  in the clients' class that wake ``--burn-hz`` times a second each and decode JSON for
+  their share of ``--burn-cores`` (by default about what the load's clients and setter
+  take here), until the job ends. What any other work of that volume costs the ranks on
+  the cores they share;
 - ``stuck``: ``load`` plus two bad clients. A stuck one: a raw ZeroMQ SUB socket
   (RCVHWM 1, a small kernel buffer) that connects and never reads, so the job's PUB socket
   has to drop for it; after the window it reads what its socket holds (a gap in it shows
@@ -99,7 +106,10 @@ MODES = {"-thread": {"HPINTERACT_COORDINATOR": "thread"},
          # The job as in "load"; the setter opens a socket (a TCP connection and a ZeroMQ
          # handshake) per set(), as every client did before command sockets were pooled.
          "-fresh": {}}
-VARIANTS = ("idle", "load", "stuck", "shared",
+# Where a load's cost comes from, side by side with it: its setter alone (no subscriber)
+# and its subscribers alone (no set()).
+PARTS = ("load-setter", "load-subscribers")
+VARIANTS = ("idle", "load", "stuck", "shared", "burn", *PARTS,
             *(f"{k}{m}" for m in MODES for k in ("idle", "load")))
 LRS = (0.05, 0.045)  # train.py starts at 0.05
 SOURCE = "bench-load"
@@ -236,7 +246,37 @@ def stuck_client(idx: int, job_id: str, home: str, q: Any, release: Any,
     return out
 
 
-CLIENTS = {"stream": stream_client, "slow": slow_client, "stuck": stuck_client}
+def burn_client(idx: int, job_id: str, home: str, q: Any, release: Any,
+                opts: dict[str, Any]) -> dict[str, Any]:
+    """No hpinteract client: wakes ``burn_hz`` times a second and decodes JSON (work with a
+    subscriber's memory footprint) for its share of ``burn_cores``, until the job ends."""
+    job = hpi.attach(job_id, home=home)
+    blob = json.dumps([{"step": i, "loss": 1.0 / (i + 1), "lr": 0.05, "time": time.time()}
+                       for i in range(16)])
+    period = 1.0 / opts["burn_hz"]
+    share = opts["burn_cores"] / opts["burn_procs"]
+    q.put(("live", idx, time.time()))
+    start = due = checked = time.monotonic()
+    cpu0 = time.process_time()
+    while True:
+        due += period
+        if (wait := due - time.monotonic()) > 0:
+            time.sleep(wait)
+        else:  # behind (preempted): the next wake-up from now, not a burst to catch up
+            due = time.monotonic()
+        # Up to its share of the time since the start, all this process's CPU counted (the
+        # wake-ups' too), so that the variant takes the cores it says.
+        until = cpu0 + share * (time.monotonic() - start)
+        while time.process_time() < until:
+            json.loads(blob)
+        if due - checked > 1.0:
+            checked = due
+            if job.state.terminal:
+                return {"seqs": [], "burn": True}
+
+
+CLIENTS = {"stream": stream_client, "slow": slow_client, "stuck": stuck_client,
+           "burn": burn_client}
 
 
 def lower_priority(idle: bool, tid: int = 0) -> None:
@@ -340,7 +380,8 @@ class Clients:
                  kinds: list[str], idle: bool) -> None:
         self.kinds = kinds
         self.procs: list[Any] = []
-        opts = {"slow_ms": a.slow_ms, "slow_hwm": a.slow_hwm, "idle": idle}
+        opts = {"slow_ms": a.slow_ms, "slow_hwm": a.slow_hwm, "idle": idle,
+                "burn_hz": a.burn_hz, "burn_cores": a.burn_cores, "burn_procs": len(kinds)}
         ctx = mp.get_context("spawn")
         # The bad clients patch a module or hold a raw socket: always a process of their own.
         use_proc = [a.clients == "processes" or k != "stream" for k in kinds]
@@ -409,8 +450,11 @@ def run_once(a: argparse.Namespace, v: str, home: Path) -> dict[str, Any]:
     job = hpi.launch(TRAIN, nproc=a.nproc, env=env_of(v), home=home,
                      args=["--mode", "hpi", "--steps", "0", "--warmup", str(a.warmup),
                            "--out", str(out)])
-    kinds = ([] if kind_of(v) == "idle" else ["stream"] * a.subscribers) + \
-            (["slow", "stuck"] if v == "stuck" else [])
+    if v == "burn":  # as many processes as the load's subscribers and setter
+        kinds = ["burn"] * (a.subscribers + 1)
+    else:
+        subscribers = 0 if kind_of(v) == "idle" or v == "load-setter" else a.subscribers
+        kinds = ["stream"] * subscribers + (["slow", "stuck"] if v == "stuck" else [])
     clients = Clients(a, job.id, home, kinds, idle_of(a, v)) if kinds else None
     try:
         rec = measure(a, v, job, clients, home, deadline)
@@ -444,7 +488,8 @@ def measure(a: argparse.Namespace, v: str, job: Any, clients: Clients | None, ho
         sys.exit(f"{v}: only {len(clients.live)} of {len(clients.kinds)} clients went live")
     time.sleep(a.settle)  # the clients' start-up and first catch-up are over
 
-    setter_job = hpi.attach(job.id, home=home) if kind_of(v) != "idle" else None
+    setter = kind_of(v) not in ("idle", "burn") and v != "load-subscribers"
+    setter_job = hpi.attach(job.id, home=home) if setter else None
     channel.POOL_SIZE = 0 if v.endswith("-fresh") else POOL_SIZE
     job_pids = tree(job._proc.pid)
     client_pids = clients.pids() if clients else []
@@ -602,6 +647,8 @@ def check(a: argparse.Namespace, v: str, job: Any, clients: Clients | None,
                 fail.append(f"client {i} ({kind}): "
                             f"{'no result' if res is None else res['error'][-800:]}")
                 continue
+            if kind == "burn":
+                continue
             got = res["seqs"]
             if got != log_seqs:
                 dup = len(got) - len(set(got))
@@ -681,6 +728,10 @@ def main() -> None:
                     help="the slow subscriber's sleep before each read of its socket")
     ap.add_argument("--slow-hwm", type=int, default=4, help="its socket's RCVHWM")
     ap.add_argument("--setter-threads", type=int, default=64)
+    ap.add_argument("--burn-cores", type=float, default=0.2,
+                    help="the burn variant's CPU, all its processes together")
+    ap.add_argument("--burn-hz", type=float, default=40.0,
+                    help="the burn variant's wake-ups a second, per process")
     ap.add_argument("--client-priority", choices=("idle", "normal"), default="idle",
                     help="the clients' and the setter's CPU priority (not the job's); the "
                          "shared variant runs them at normal")
@@ -762,13 +813,19 @@ def report(a: argparse.Namespace, variants: list[str],
         t, p, base = tput[v], typical[v], base_of(v)
         summary["ratios"][v] = {"median": median(t), "min": min(t), "max": max(t),
                                 "p50_step": median(p)}
-        verdict = "meets" if median(t) >= GOAL else "MISSES"
+        verdict = ("the control, which has no goal" if v == "burn" else
+                   f"{'meets' if median(t) >= GOAL else 'MISSES'} the goal >= {GOAL:.2f}")
         cpu = median(round_ratios(results, base, v, "job_cpu_ms_per_step", invert=True))
         summary["ratios"][v]["job_cpu"] = cpu
         print(f"throughput {v}/{base}: median {median(t):.4f} (min {min(t):.4f}, max "
-              f"{max(t):.4f}, {len(t)} rounds): {verdict} the goal >= {GOAL:.2f}\n"
+              f"{max(t):.4f}, {len(t)} rounds): {verdict}\n"
               f"    typical-step ratio ({base} p50 / {v} p50) {median(p):.4f}; job CPU-cost "
               f"ratio ({base} / {v} CPU ms per step) {cpu:.4f}")
+    if "load" in variants and "burn" in variants:
+        lb = round_ratios(results, "burn", "load", "steps_per_s")
+        summary["ratios"]["load/burn"] = {"median": median(lb), "min": min(lb), "max": max(lb)}
+        print(f"throughput load/burn (the load against other work of about its CPU on the "
+              f"same cores): median {median(lb):.4f} (min {min(lb):.4f}, max {max(lb):.4f})")
     if "load" in variants and "stuck" in variants:
         sl = round_ratios(results, "load", "stuck", "steps_per_s")
         summary["ratios"]["stuck/load"] = {"median": median(sl), "min": min(sl), "max": max(sl)}
