@@ -1,7 +1,6 @@
 """Policies against real 2-rank jobs: a notebook's own (client-side) and the job's built-ins
 by name, their decisions on every rank at one step, precedence, failure, rollback."""
 
-
 import pytest
 from helpers import JOBS, trace, until, wait_for_step
 
