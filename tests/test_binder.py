@@ -9,7 +9,7 @@ from pathlib import Path
 import tomllib
 
 ROOT = Path(__file__).parents[1]
-EXTRAS = ("notebook", "lab", "examples")
+EXTRAS = ("notebook", "lab", "examples", "lightning", "transformers")
 
 
 def normal(req: str) -> str:

@@ -99,6 +99,11 @@ class PolicySet:
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise InvalidCommand(f"every must be a positive integer, got {every!r}")
         entry = Entry(policy, every)
+        for name in policy.drives:  # a value the job cannot change: refused now, not later
+            why = (self.specs.get(name) or {}).get("fixed")
+            if why:
+                raise InvalidCommand(f"policy {entry.name!r} changes {name}, which cannot "
+                                     f"change in this job: {why}")
         if entry.name in self.entries:
             raise InvalidCommand(f"a policy named {entry.name!r} is already running: remove "
                                  "it first or give the new one another name")

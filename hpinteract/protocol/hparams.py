@@ -39,7 +39,9 @@ class HParam:
 
     ``low``/``high`` are inclusive bounds for numbers; ``choices`` restricts the value to a
     set; ``log`` tells widgets to use a log scale; ``on_change(name, old, new)`` is called
-    on every rank when a change takes effect, at the same step.
+    on every rank when a change takes effect, at the same step. ``fixed`` says why a value
+    cannot change in this job (a framework that reads it only once): every change of it is
+    refused with that reason, and widgets show it read-only.
     """
 
     default: Any
@@ -50,6 +52,7 @@ class HParam:
     doc: str = ""
     on_change: OnChange | None = field(default=None, compare=False, repr=False)
     kind: str = ""
+    fixed: str = ""
 
     def __post_init__(self) -> None:
         if not self.kind:
@@ -64,6 +67,8 @@ class HParam:
     def validate(self, name: str, value: Any) -> Any:
         """The value coerced to this spec's kind, or InvalidHParam naming ``name`` and why."""
         v = self._coerce(name, value)
+        if self.fixed and v != self.default:
+            raise InvalidHParam(f"{name} cannot change in this job: {self.fixed}", field=name)
         if self.choices is not None and v not in self.choices:
             raise InvalidHParam(
                 f"{name}={v!r} is not one of the allowed values {list(self.choices)}", field=name
@@ -111,6 +116,7 @@ class HParam:
             "choices": list(self.choices) if self.choices is not None else None,
             "log": self.log,
             "doc": self.doc,
+            "fixed": self.fixed,
         }
 
     @classmethod
@@ -124,6 +130,7 @@ class HParam:
             log=bool(data.get("log", False)),
             doc=str(data.get("doc", "")),
             kind=str(data.get("kind", "")),
+            fixed=str(data.get("fixed") or ""),
         )
 
 

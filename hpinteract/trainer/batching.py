@@ -13,7 +13,7 @@ micro-batches and two ranks with two compute the same update.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..protocol.errors import InvalidHParam
@@ -27,7 +27,12 @@ def plan_of(hp: Mapping[str, Any], world: int) -> tuple[int, int]:
     return micro, max(1, local // micro)
 
 
-def batch_constraint(default_world: int) -> Constraint:
+# A framework's own unit of the global batch (trainer/driven.py), or None: {"unit": the
+# global batch changes in multiples of it, "why": what makes it so}.
+BatchStep = Callable[[], "dict[str, Any] | None"]
+
+
+def batch_constraint(default_world: int, batch_step: BatchStep | None = None) -> Constraint:
     """Rejects a batch_size/micro_batch that cannot be split evenly, naming what would; with
     a new ``workers`` (a resize) the split over that many ranks is what must work."""
 
@@ -37,6 +42,13 @@ def batch_constraint(default_world: int) -> Constraint:
             return
         world = int(changes.get("workers", default_world))
         b = int(merged["batch_size"])
+        rule = batch_step() if batch_step is not None else None
+        if rule and b % int(rule["unit"]):
+            unit = int(rule["unit"])
+            lower = max(unit, b - b % unit)
+            raise InvalidHParam(
+                f"batch_size={b}: {rule['why']}, so the global batch is a multiple of "
+                f"{unit} (e.g. {lower} or {lower + unit})", field="batch_size")
         if b % world:
             field = "workers" if "batch_size" not in changes else "batch_size"
             raise InvalidHParam(

@@ -49,6 +49,8 @@ class Boundary:
         wire = None
         if r._coord is not None:
             cmds = r._coord.take_pending()
+            if r.driven is not None:  # a framework's epoch-boundary changes wait there
+                cmds = r.driven.gate(cmds)
             if any(c.op == "set" and "batch_size" in c.values for c in cmds):
                 cmds = with_lr_scaling(cmds, r.hp, r.store.specs, r._noise_scale)
             self.in_flight = {c.id: c for c in cmds}
@@ -57,7 +59,10 @@ class Boundary:
         # Checkpoints after the changes of this boundary: they are the step's.
         saves = [c for c in agreed if c["op"] == "checkpoint"]
         self.apply([c for c in agreed if c["op"] != "checkpoint"])
-        if r._coord is not None and r.model is not None:
+        if r.driven is not None:  # the framework's own checkpoint, written by every rank
+            for c in saves:
+                r.driven.save(self.in_flight.pop(c["id"], None), r.step_index)
+        elif r._coord is not None and r.model is not None:
             every = int(r.hp["checkpoint_every"])
             todo = [self.in_flight.pop(c["id"]) for c in saves]
             if not todo and every and r.step_index - self.saved_at >= every:
@@ -115,6 +120,11 @@ class Boundary:
         step = r.step_index
         for cmd in cmds:
             self._effect(cmd, step)
+        if r.driven is not None:  # a framework checkpoint carries them (integrations)
+            r.driven.changes.extend({"id": c["id"], "source": c.get("source", "api"),
+                                     "values": c["values"], "applied_at_step": step}
+                                    for c in cmds if c["op"] in ("set", "rollback")
+                                    and c.get("values"))
         r._rank_log.write("".join(json.dumps({"id": c["id"], "op": c["op"], "step": step,
                                               "values": c.get("values", {})}) + "\n"
                                   for c in cmds))

@@ -236,6 +236,11 @@ class ControlProcess:
                     items.append(["applied", cmd.to_json(), item[2]])
             elif kind == "state":
                 items.append(["state", item[1].value, item[2], item[3]])
+            elif kind == "written":  # a framework's checkpoint (integrations): on disk
+                w = item[1]
+                items.append(["written", w.token.to_json(), w.step,
+                              None if w.path is None else str(w.path), w.error, w.seconds,
+                              w.size])
             else:  # metric, status, event, cancelled: JSON as they are
                 items.append(list(item))
             facts = facts or kind in _STATUS_KINDS

@@ -18,17 +18,23 @@ from typing import Any
 from ..protocol.errors import InvalidHParam
 from ..protocol.hparams import BUILTINS, MONITORS, HParam, build_specs
 from .averaging import sync_check
-from .batching import batch_constraint
+from .batching import BatchStep, batch_constraint
 from .resize import workers_check, workers_spec
 from .store import Constraint, HParamStore
 
 WhyNot = Callable[[], str | None]
 
 
-def rules(world: int, resizable: WhyNot, averaging: WhyNot) -> tuple[Constraint, ...]:
+def _no_step() -> dict[str, Any] | None:
+    return None
+
+
+def rules(world: int, resizable: WhyNot, averaging: WhyNot,
+          batch_step: BatchStep = _no_step) -> tuple[Constraint, ...]:
     """The checks across names that every job's store has (a coordinator process builds
     them again over the facts rank 0 sends it: see control_process.py)."""
-    return (batch_constraint(world), workers_check(world, resizable), sync_check(averaging))
+    return (batch_constraint(world, batch_step), workers_check(world, resizable),
+            sync_check(averaging))
 
 
 @dataclass(frozen=True)
@@ -40,7 +46,7 @@ class Declared:
 
 def declare(hparams: dict[str, Any], specs: dict[str, HParam], overrides: dict[str, Any],
             saved: dict[str, Any], world: int, devices: int | None, *,
-            resizable: WhyNot, averaging: WhyNot) -> Declared:
+            resizable: WhyNot, averaging: WhyNot, batch_step: BatchStep = _no_step) -> Declared:
     """``saved``: a resumed job's effective values ({} otherwise); ``resizable`` and
     ``averaging`` say why a new ``workers`` or model averaging cannot be had, if so."""
     declared = set(hparams) | set(specs)
@@ -56,7 +62,7 @@ def declare(hparams: dict[str, Any], specs: dict[str, HParam], overrides: dict[s
         if name not in store.specs:
             store.declare(name, BUILTINS[name])
     store.declare("workers", workers_spec(world, devices))  # a change of it is a resize
-    for check in rules(world, resizable, averaging):
+    for check in rules(world, resizable, averaging, batch_step):
         store.add_constraint(check)
     if "batch_size" in store.view:
         store.validate({"batch_size": store.view["batch_size"]})

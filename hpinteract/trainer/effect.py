@@ -3,6 +3,16 @@
 Runs in: every rank's training thread, at a step boundary (never inside a step).
 Following nanoGPT's rule of one obvious place: lr, momentum and weight_decay become param
 group values here; the loader reads batch_size itself when it starts its next batch.
+
+What a set lr means under a running scheduler: the value set is the lr of the very next
+optimizer step, and the schedule goes on from it with its shape kept. A scheduler that
+multiplies a base lr by a factor of the step (LambdaLR: the warmup, linear and cosine
+schedules of Hugging Face and most Lightning modules, which rewrite lr at every step) gets
+``base_lrs = lr / factor(now)``: every later lr is what the schedule would have given,
+times the value set over what it gives now. Where the factor is 0 (the first step of a
+warmup from 0, the end of a linear decay) the value set becomes the base. Any other
+scheduler gets ``base_lrs = lr``: chainable ones (StepLR, ExponentialLR, ...) go on from
+the param groups' lr, which now hold it.
 """
 
 from __future__ import annotations
@@ -28,7 +38,12 @@ class OptimizerBinding:
         if not groups:
             raise ConfigError("the optimizer has no param groups")
         base = groups[0]
-        self._lr_ratio = [g["lr"] / base["lr"] if base["lr"] else 1.0 for g in groups]
+        # The groups' ratios from the scheduler's base lrs where it has them: a warmup from
+        # 0 leaves every group's lr at 0 at the start, which would hide them.
+        lrs = list(getattr(scheduler, "base_lrs", None) or [g["lr"] for g in groups])
+        if len(lrs) != len(groups):
+            lrs = [g["lr"] for g in groups]
+        self._lr_ratio = [lr / lrs[0] if lrs[0] else 1.0 for lr in lrs]
         self._decays = [bool(g.get("weight_decay", 0.0)) or i == 0 for i, g in enumerate(groups)]
         self.momentum_key = (
             "momentum" if "momentum" in base else "betas" if "betas" in base else None
@@ -61,7 +76,9 @@ class OptimizerBinding:
                 g["lr"] = lr * ratio
             # A scheduler recomputes lr from base_lrs: move those too, or it undoes the change.
             if self.scheduler is not None and hasattr(self.scheduler, "base_lrs"):
-                self.scheduler.base_lrs = [lr * r for r in self._lr_ratio]
+                self.scheduler.base_lrs = self._bases(lr)
+                # What get_last_lr() reports (HF logs it as the step's learning_rate).
+                self.scheduler._last_lr = [g["lr"] for g in groups]
         if "momentum" in changed and self.momentum_key is not None:
             m = float(changed["momentum"])
             for g in groups:
@@ -75,3 +92,15 @@ class OptimizerBinding:
                 if decays:
                     g["weight_decay"] = wd
 
+    def _bases(self, lr: float) -> list[float]:
+        """The scheduler's new base lrs for a set ``lr`` (see the module's docstring)."""
+        sched = self.scheduler
+        lambdas = getattr(sched, "lr_lambdas", None)
+        step = getattr(sched, "last_epoch", None)
+        out = []
+        for i, ratio in enumerate(self._lr_ratio):
+            factor = 0.0
+            if lambdas is not None and step is not None and i < len(lambdas):
+                factor = float(lambdas[i](step))
+            out.append(lr * ratio / factor if factor > 0 else lr * ratio)
+        return out

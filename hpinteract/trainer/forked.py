@@ -60,7 +60,7 @@ def serve(sock: socket.socket, parent: int, *, store: HParamStore, facts: dict[s
         Path("/proc/self/comm").write_text(NAME)
     known = dict(facts)
     checks = rules(coordinator["world_size"], lambda: known.get("resize"),
-                   lambda: known.get("averaging"))
+                   lambda: known.get("averaging"), lambda: known.get("batch_step"))
     store.mirror(dict(store.view), {n: s.to_wire() for n, s in store.specs.items()}, checks)
     return ForkedCoordinator(sock, parent, store, checks, known, **coordinator).run()
 

@@ -116,6 +116,7 @@ class GNSMonitor:
         # in flight: (its work, its tensor, the debias when it was issued).
         self._inflight: tuple[Any, Any, float] | None = None
         self._issued: int | None = None
+        self._skip = False
 
     def arm(self, step: int, every: int, accumulation: int) -> None:
         """Decide whether step ``step`` is measured, and hook the parameters only then:
@@ -164,6 +165,12 @@ class GNSMonitor:
                  if p.grad is not None]
         return _total(parts)
 
+    def skip_step(self) -> None:
+        """Drop this step's measurement: its gradients were changed (clipped) before they
+        could be read. Every rank skips the same steps (the clip is decided on the
+        all-reduced gradient), so their collectives still match."""
+        self._skip = True
+
     def step_done(self, step: int, batch: int, micro: int, accumulation: int,
                   alpha: float) -> dict[str, Number] | None:
         """At run.step: combine what the step measured; metrics for rank 0's record.
@@ -172,6 +179,11 @@ class GNSMonitor:
         accumulation); the big one is the global batch, read from .grad after the
         all-reduce (zero gradients before the backward, not before run.step)."""
         if not self.measuring:
+            return None
+        if self._skip:
+            self._skip = False
+            self._parts, self._small, self._count, self._big = [], 0.0, 0, None
+            self._now = self._prev = None
             return None
         if self._pairs:
             return self._pair_step(batch, alpha)

@@ -24,6 +24,7 @@ from .boundary import Boundary
 from .control_process import ControlPlane, control_plane
 from .declare import declare
 from .distributed import Topology
+from .driven import Driven
 from .effect import OPTIMIZER_HPARAMS, OptimizerBinding
 from .ending import Ending
 from .loader import ONE, HpLoader, Micro
@@ -55,13 +56,17 @@ class Run:
         self.run_dir = run_dir
         self._group, self._sync = group, sync
         self._sync_control = SyncControl(self.world_size)
+        self.driven: Driven | None = None  # a framework's (integrations): see drive()
         d = declare(hparams, specs, overrides, resume.hparams if resume else {},
                     self.world_size, topo.devices, resizable=lambda: why_not_resizable(self),
-                    averaging=lambda: self._sync_control.why_not(self._binding))
+                    averaging=lambda: self._sync_control.why_not(self._binding),
+                    batch_step=lambda: self.driven.batch_step if self.driven else None)
         self.store, self._explicit, self._carried = d.store, d.explicit, d.carried
         self._resume = resume
         self._resume_data = resume  # taken by the first loader
         self.hp: Mapping[str, Any] = self.store.view
+        self.hold_record = False  # rank 0 keeps each step's record for hold_record's owner
+        self.held_record: dict[str, Any] | None = None
         self.micro_batch, self.accumulation = (
             plan_of(self.hp, self.world_size) if "batch_size" in self.hp else (0, 1))
         self.store.add_effect(self._replan)
@@ -172,7 +177,16 @@ class Run:
 
     def _replan(self, changed: dict[str, Any]) -> None:
         if "batch_size" in changed or "micro_batch" in changed:
-            self.micro_batch, self.accumulation = plan_of(self.hp, self.world_size)
+            self.micro_batch, self.accumulation = (
+                plan_of(self.hp, self.world_size) if self.driven is None
+                else self.driven.plan(self.hp))
+
+    def drive(self, driven: Driven) -> None:
+        """A framework runs the loop (an integration calls this, on every rank, before the
+        first step): the batch plan, checkpoints and epoch-boundary changes are its."""
+        self.driven = driven
+        self.micro_batch, self.accumulation = driven.plan(self.hp)
+        self._post_status()
 
     def backward(self, loss: Any) -> bool:
         """``loss.backward()`` for one micro-batch; True when the step's global batch is
@@ -212,7 +226,7 @@ class Run:
         dt = now - self._last_t
         self._last_t = now
         data_time = max(0.0, self._batch_t - (now - dt))
-        if self.accumulation > 1:
+        if self.accumulation > 1 and self.driven is None:
             self._check_accumulation()
         self._times.add(dt, data_time)
         noise = None
@@ -225,15 +239,20 @@ class Run:
             if self._loader is not None and self.total_epochs:
                 frac = self._loader.position / self._loader.size
                 progress = min(1.0, (self.epoch + frac) / self.total_epochs)
+            elif self.driven is not None and self.driven.progress is not None:
+                progress = self.driven.progress()
             rec = step_record(
                 self.step_index, self.epoch, dt, data_time, loss, metrics,
-                self.optimizer.param_groups[0]["lr"] if self._binding is not None else None,
+                self._lr_used(),
                 self.hp.get("batch_size"), progress)
             rec.update(noise or ())
             if self._rank_metrics:
                 rec.update(self._rank_metrics)
                 self._rank_metrics = {}
-            self._coord.post("metric", rec, wake=False)
+            if self.hold_record:  # its owner adds to it and posts it (integrations)
+                self.held_record = rec
+            else:
+                self._coord.post("metric", rec, wake=False)
             self._sync.observe_step(dt)
             if not self._running:  # this run's first step (a resumed job's is not step 0)
                 self._running = True
@@ -250,12 +269,25 @@ class Run:
         self._replay_due()  # where a sync point applied them the first time
         if self._sync.due():
             self._at_sync_point()
-            if self.paused:
-                while self.paused and not self.should_stop:
-                    if self._coord is not None:
-                        self._coord.command_ready.wait(0.1)
-                    self._sync_now()
-                self._last_t = time.perf_counter()  # a pause is not step time
+            self.hold_while_paused()
+
+    def hold_while_paused(self) -> None:
+        """After a sync point (every rank): wait, syncing, until resumed or stopped."""
+        if self.paused:
+            while self.paused and not self.should_stop:
+                if self._coord is not None:
+                    self._coord.command_ready.wait(0.1)
+                self._sync_now()
+            self._last_t = time.perf_counter()  # a pause is not step time
+
+    def _lr_used(self) -> float | None:
+        """The step's lr: a framework's scheduler has already set the next step's when
+        run.step is called, so its integration notes the one the optimizer used."""
+        if self._binding is None:
+            return None
+        if self.driven is not None and self.driven.lr_used is not None:
+            return self.driven.lr_used
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def _replay_due(self) -> None:
         if self._replay.next_step <= self.step_index:  # one compare per step otherwise
@@ -297,7 +329,8 @@ class Run:
     def _facts(self) -> dict[str, Any]:
         """What validating a change reads of this run besides its values (rank 0)."""
         return {"resize": why_not_resizable(self),
-                "averaging": self._sync_control.why_not(self._binding)}
+                "averaging": self._sync_control.why_not(self._binding),
+                "batch_step": self.driven.batch_step if self.driven is not None else None}
 
     def _post_status(self, wake: bool = True) -> None:
         if self._coord is None:
@@ -310,6 +343,7 @@ class Run:
             "watched": self._binding is not None,
             "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
             "restarts": attempt(),
+            "framework": self.driven.name if self.driven is not None else None,
             # How soon a change can apply: the coordinator lets requests wait for each other
             # for a share of it (requests.REQUEST_GATE_SHARE).
             "sync_s": round(self._sync.seconds_between(), 4),
