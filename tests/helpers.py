@@ -51,3 +51,15 @@ def proc_stat(path: str | Path) -> tuple[str, list[str]] | None:
 
 def trace(job: hpi.Job, rank: int) -> list[dict]:
     return json.loads((job.run_dir.path / f"trace_{rank}.json").read_text())
+
+
+def job_started_by_hand(proc, before: set[str], timeout: float = 120.0) -> hpi.Job:
+    """The job a script started outside hpi.launch (``proc``) made: the one whose id is not
+    in ``before``; fails at once with the script's output if it exits first."""
+    def new():
+        if proc.poll() is not None:
+            raise AssertionError(f"the script exited ({proc.returncode}):\n"
+                                 f"{proc.stdout.read() if proc.stdout else ''}")
+        return [j for j in hpi.jobs() if j.id not in before]
+
+    return hpi.attach(until(new, timeout=timeout, what="the job's run directory")[0].id)

@@ -14,6 +14,8 @@ ALLOWED = {
     "protocol": {"protocol"},
     "transport": {"protocol", "transport"},
     "trainer": {"protocol", "transport", "policies", "trainer"},
+    # A framework job is an ordinary job to every client: the callbacks stand on the Run.
+    "integrations": {"protocol", "trainer", "integrations"},
     "client": {"protocol", "transport", "policies", "client"},
     "policies": {"protocol", "policies"},
     "notebook": {"protocol", "transport", "client", "policies", "notebook"},
@@ -61,6 +63,21 @@ def test_layers_import_only_downwards():
                     bad.append(f"{py.relative_to(PKG)} imports {target}")
                 if layer in TORCH_FREE and level == 0 and name.split(".")[0] == "torch":
                     bad.append(f"{py.relative_to(PKG)} imports torch")
+    assert not bad, bad
+
+
+def test_every_layer_is_checked():
+    layers = {p.name for p in PKG.iterdir() if (p / "__init__.py").exists()}
+    assert layers - {"labextension"} == set(ALLOWED), "a layer without rules in ALLOWED"
+
+
+def test_the_trainer_knows_no_framework():
+    """Nothing framework-specific reaches the trainer (or below): only integrations/
+    imports Lightning or transformers."""
+    bad = [str(py.relative_to(PKG)) for py in PKG.rglob("*.py")
+           if not py.is_relative_to(PKG / "integrations")
+           for name, level in imports(py) if level == 0 and name.split(".")[0] in
+           ("lightning", "pytorch_lightning", "transformers", "accelerate")]
     assert not bad, bad
 
 

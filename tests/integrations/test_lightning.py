@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import hpinteract as hpi
-from helpers import JOBS, until, wait_for_step
+from helpers import JOBS, job_started_by_hand, wait_for_step
 
 SCRIPT = JOBS / "lightning_job.py"
 WARMUP = 400  # steps of the per-step LambdaLR warmup: lr is still rising when it is set
@@ -174,9 +174,7 @@ def test_pytorch_lightning_import_under_lightnings_own_launcher(tmp_path):
     proc = subprocess.Popen([sys.executable, str(SCRIPT)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        new = until(lambda: [j for j in hpi.jobs() if j.id not in before], timeout=120,
-                    what="the job's run directory")
-        job = hpi.attach(new[0].id)
+        job = job_started_by_hand(proc, before)
         assert job.id == hpi.attach("latest").id
         wait_for_step(job, 5)
         ack = job.set(lr=0.002)

@@ -45,7 +45,8 @@ def main() -> None:
                                        n_head=2))
     env = os.environ.get
     args = TrainingArguments(
-        output_dir=env("HF_OUTDIR", "hf-out"), use_cpu=True, ddp_backend="gloo",
+        output_dir=env("HF_OUTDIR", "hf-out"), use_cpu=True,
+        ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,  # one process: none
         report_to=[], max_steps=int(env("HF_STEPS", "200")), learning_rate=1e-3,
         lr_scheduler_type=env("HF_SCHED", "linear"), warmup_steps=int(env("HF_WARMUP", "20")),
         per_device_train_batch_size=int(env("HF_BATCH", "8")),

@@ -182,3 +182,14 @@ def test_a_policy_sees_the_last_published_value_of_a_sparse_metric():
     assert seen[0] is None and set(seen[1:]) == {500.0}
     grow = [d for d in decisions if d.change.values.get("batch_size")]
     assert grow and grow[0].change.values["batch_size"] == 64, decisions
+
+
+def test_a_policy_driving_a_value_the_job_cannot_change_is_refused_when_added():
+    ps = PolicySet(world_size=2)
+    ps.observe_status({"batch_size": 16}, {"batch_size": {"kind": "int", "default": 16,
+                                                          "fixed": "the loader is built once"}})
+    with pytest.raises(InvalidCommand, match="changes batch_size, which cannot change in "
+                                             "this job: the loader is built once"):
+        ps.add(Recorder("grow", drives=("batch_size",)))
+    assert ps.entries == {}
+    ps.add(Recorder("watch", drives=()))  # one that drives nothing else is welcome

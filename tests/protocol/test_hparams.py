@@ -54,3 +54,11 @@ def test_bad_specs_are_reported():
         HParam(1, low=2, high=1)
     with pytest.raises(InvalidHParam, match="unsupported hyper-parameter type list"):
         HParam([1, 2])
+
+
+def test_a_fixed_value_refuses_every_change_with_its_reason_and_travels():
+    spec = HParam(16, fixed="the loader is built once")
+    assert spec.validate("batch_size", 16) == 16  # the value it has is no change
+    with pytest.raises(InvalidHParam, match="batch_size cannot change in this job: the loader"):
+        spec.validate("batch_size", 32)
+    assert HParam.from_wire(spec.to_wire()) == spec

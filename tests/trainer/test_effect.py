@@ -44,3 +44,30 @@ def test_store_validates_without_applying_and_calls_on_change_on_apply():
     store.apply({"drop": 0.5}, step=7)
     assert store.view["drop"] == 0.5 and calls == [("drop", 0.1, 0.5)]
     assert store.last_changed["drop"] == 7
+
+
+def _warmup(steps: int = 10):
+    w, b = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([{"params": [w]}, {"params": [b], "lr": 0.2}], lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: s / steps)  # from 0, as HF's
+    return opt, sched
+
+
+def test_a_set_lr_under_a_lambda_schedule_is_the_next_steps_and_the_shape_goes_on():
+    opt, sched = _warmup()
+    binding = OptimizerBinding(opt, sched)  # the groups' lr are 0 here: ratios from the base
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    binding.apply({"lr": 0.01})  # factor 0.4 now
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.01, 0.02])
+    assert sched.get_last_lr() == pytest.approx([0.01, 0.02])
+    opt.step()
+    sched.step()  # factor 0.5: the schedule's next value, times 0.01 / (0.1 * 0.4)
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([0.0125, 0.025])
+
+
+def test_a_set_lr_where_the_schedule_is_at_zero_becomes_its_base():
+    opt, sched = _warmup()
+    OptimizerBinding(opt, sched).apply({"lr": 0.05})  # step 0: factor 0
+    assert opt.param_groups[0]["lr"] == 0.05 and sched.base_lrs == pytest.approx([0.05, 0.1])
