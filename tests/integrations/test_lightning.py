@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import JOBS, job_started_by_hand, wait_for_step
 
 import hpinteract as hpi
-from helpers import JOBS, job_started_by_hand, wait_for_step
 
 SCRIPT = JOBS / "lightning_job.py"
 WARMUP = 400  # steps of the per-step LambdaLR warmup: lr is still rising when it is set

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import JOBS, job_started_by_hand, wait_for_step
 from transformers import get_scheduler
 
 import hpinteract as hpi
-from helpers import JOBS, job_started_by_hand, wait_for_step
 
 SCRIPT = JOBS / "hf_job.py"
 STEPS, WARMUP = 400, 20
