@@ -23,7 +23,7 @@ from ..trainer.checkpoint import Written
 from ..trainer.commands import Command
 from ..trainer.driven import Driven, release_at_epoch
 from ..trainer.effect import OPTIMIZER_HPARAMS
-from ..trainer.record import RESERVED
+from ..trainer.record import RESERVED, scalar
 from ..trainer.run import Run
 from ..trainer.start import init
 
@@ -106,6 +106,9 @@ class FrameworkJob:
             "launcher and loaders are the framework's): checkpoint it and start it again "
             "with another number")))
         self.run = run
+        # Each step's record waits for what the framework logs of the step just after
+        # the hook that ends it (flush): the same record, never a second one per step.
+        run.hold_record = True
         run.step_index = found.step
         run.epoch = found.epoch
         run.store.add_effect(effect)
@@ -160,7 +163,9 @@ class FrameworkJob:
                     log.warning("hpinteract: the %s metric %r is recorded as %r (%r is "
                                 "hpinteract's own)", self.framework, name, new, name)
                 name = new
-            out[name] = value
+            # A CPU tensor read now (the framework may update it in place), a device one
+            # copied without a sync (record.scalar).
+            out[name] = scalar(name, value)
         return out
 
     def step(self, loss: Any, metrics: Mapping[str, Any]) -> bool:
@@ -170,6 +175,18 @@ class FrameworkJob:
         assert run is not None
         run.step(loss, **metrics)
         return run.should_stop
+
+    def flush(self, extra: Mapping[str, Any] | None = None) -> None:
+        """Rank 0: post the held record of the last step, with what the framework logged
+        of it (a no-op on the other ranks, and when nothing is held)."""
+        run = self.run
+        if run is None or run.held_record is None:
+            return
+        rec, run.held_record = run.held_record, None
+        if extra:
+            rec.update(extra)
+        if run._coord is not None:
+            run._coord.post("metric", rec)
 
     def epoch_boundary(self, epoch: int) -> None:
         """Every rank, between two epochs: the changes held for it apply now."""
@@ -207,6 +224,7 @@ class FrameworkJob:
         run = self.run
         if run is None:
             return
+        self.flush()
         if run.driven is not None:  # every rank: only rank 0 knows what is held
             release_at_epoch(run)
         run.finish()

@@ -104,7 +104,8 @@ class HPInteractCallback(TrainerCallback, ExportableState):
         self._args = args
         driven = Driven("transformers", lambda hp: (per_rank, accum), self._save,
                         progress=lambda: (state.global_step / state.max_steps
-                                          if state.max_steps else None))
+                                          if state.max_steps else None),
+                        flush=self._job.flush)
         self._job.start(
             Found(model, optimizer, _inner(kwargs.get("lr_scheduler")),
                   int(state.global_step), int(state.epoch or 0), {}, specs),
@@ -118,7 +119,7 @@ class HPInteractCallback(TrainerCallback, ExportableState):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         run = self._job.run
         if run is not None:
-            self._flush()
+            self._job.flush()
             self._micro = 0
             run._batch_started()
 
@@ -165,7 +166,8 @@ class HPInteractCallback(TrainerCallback, ExportableState):
         if run is None:
             return
         self._control = control
-        run.hold_record = True  # the Trainer logs this step's loss just after this event
+        # The record is held (FrameworkJob.flush): the Trainer logs the loss of this step
+        # just after this event, in on_log.
         if self._job.step(None, {}):
             control.should_training_stop = True
 
@@ -183,7 +185,7 @@ class HPInteractCallback(TrainerCallback, ExportableState):
                                     "hf")
         if loss is not None and not (isinstance(loss, float) and math.isnan(loss)):
             metrics["loss"] = loss
-        self._flush(metrics)
+        self._job.flush(metrics)
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None,
                     **kwargs: Any) -> None:
@@ -199,20 +201,8 @@ class HPInteractCallback(TrainerCallback, ExportableState):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._job.run is None:
             return
-        self._flush()
         self._ending = True
         self._job.finish()
-
-    def _flush(self, extra: Mapping[str, Any] | None = None) -> None:
-        """Rank 0: post the held record of the last step, with what the Trainer logged."""
-        run = self._job.run
-        if run is None or run.held_record is None:
-            return
-        rec, run.held_record = run.held_record, None
-        if extra:
-            rec.update(extra)
-        if run._coord is not None:
-            run._coord.post("metric", rec)
 
     # ---- checkpoints --------------------------------------------------------------------
     def _save(self, cmd: Command | None, step: int) -> None:

@@ -274,6 +274,8 @@ class Run:
     def hold_while_paused(self) -> None:
         """After a sync point (every rank): wait, syncing, until resumed or stopped."""
         if self.paused:
+            if self.driven is not None and self.driven.flush is not None:
+                self.driven.flush()  # the held record of the last step: seen while paused
             while self.paused and not self.should_stop:
                 if self._coord is not None:
                     self._coord.command_ready.wait(0.1)
