@@ -9,6 +9,7 @@ from pathlib import Path
 import hpinteract as hpi
 
 JOBS = Path(__file__).parent / "jobs"
+EXAMPLES = Path(__file__).parents[1] / "examples"
 TOY = JOBS / "toy.py"
 
 

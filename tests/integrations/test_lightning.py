@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import JOBS, job_started_by_hand, wait_for_step
+from helpers import EXAMPLES, job_started_by_hand, wait_for_step
 
 import hpinteract as hpi
 
-SCRIPT = JOBS / "lightning_job.py"
+SCRIPT = EXAMPLES / "lightning" / "train.py"
 WARMUP = 400  # steps of the per-step LambdaLR warmup: lr is still rising when it is set
 PER_EPOCH = 47  # 1,500 samples / 2 ranks / 16 per rank and forward
 
@@ -35,9 +35,8 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A 2-rank fit, changed while it trains, checkpointed on request, then stopped."""
     root = tmp_path_factory.mktemp("lightning")
     out = root / "after_fit.json"
-    job = hpi.launch(SCRIPT, nproc=2, hparams={"monitor_gns": 2}, env={
-        "LJ_EPOCHS": "6", "LJ_OUT": str(out), "LJ_ROOT": str(root),
-        "LJ_WARMUP": str(WARMUP)})
+    job = hpi.launch(SCRIPT, nproc=2, hparams={"monitor_gns": 2}, args=[
+        "--epochs", "6", "--report", str(out), "--root", str(root), "--warmup", str(WARMUP)])
     wait_for_step(job, 20)
     acks = {
         "lr": job.set(lr=0.004, reason="warmup too fast"),
@@ -144,9 +143,9 @@ def test_checkpoint_now_is_lightnings_own_and_resuming_keeps_values_and_history(
                  if "HPInteractCallback" in k)
     assert [c["values"] for c in saved["changes"]][:2] == [{"lr": 0.004}, {"momentum": 0.8}]
     out = tmp_path / "resumed.json"
-    job = hpi.launch(SCRIPT, nproc=2, env={
-        "LJ_EPOCHS": "4", "LJ_OUT": str(out), "LJ_ROOT": str(tmp_path),
-        "LJ_WARMUP": str(WARMUP), "LJ_CKPT": str(path)})
+    job = hpi.launch(SCRIPT, nproc=2, args=[
+        "--epochs", "4", "--report", str(out), "--root", str(tmp_path), "--warmup", str(WARMUP),
+        "--ckpt", str(path)])
     assert job.wait(180) == hpi.JobState.FINISHED, job.logs()
     hp = job.hparams
     assert (hp["dropout"], hp["gradient_clip_val"], hp["batch_size"]) == (0.1, 0.5, 64)
@@ -168,10 +167,11 @@ def test_pytorch_lightning_import_under_lightnings_own_launcher(tmp_path):
     as one started by hand (``hpi.attach("latest")``)."""
     out = tmp_path / "out.json"
     before = {j.id for j in hpi.jobs()}
-    env = {**os.environ, "LJ_PKG": "pytorch_lightning", "LJ_DEVICES": "2",
-           "LJ_EPOCHS": "50", "LJ_OUT": str(out), "LJ_ROOT": str(tmp_path)}
+    env = dict(os.environ)
     env.pop("HPINTERACT_RUN_DIR", None)
-    proc = subprocess.Popen([sys.executable, str(SCRIPT)], env=env, cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--package", "pytorch_lightning",
+                             "--devices", "2", "--epochs", "50", "--report", str(out),
+                             "--root", str(tmp_path)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         job = job_started_by_hand(proc, before)

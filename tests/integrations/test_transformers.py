@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import JOBS, job_started_by_hand, wait_for_step
+from helpers import EXAMPLES, job_started_by_hand, wait_for_step
 from transformers import get_scheduler
 
 import hpinteract as hpi
 
-SCRIPT = JOBS / "hf_job.py"
+SCRIPT = EXAMPLES / "transformers" / "train.py"
 STEPS, WARMUP = 400, 20
 
 
@@ -36,9 +36,9 @@ def schedule(name: str, warmup: int, total: int):
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("hf")
     out = root / "after_train.json"
-    job = hpi.launch(SCRIPT, nproc=2, hparams={"monitor_gns": 2}, env={
-        "HF_STEPS": str(STEPS), "HF_WARMUP": str(WARMUP), "HF_CLIP": "50",
-        "HF_OUT": str(out), "HF_OUTDIR": str(root / "out")})
+    job = hpi.launch(SCRIPT, nproc=2, hparams={"monitor_gns": 2}, args=[
+        "--steps", str(STEPS), "--warmup", str(WARMUP), "--clip", "50", "--report", str(out),
+        "--output-dir", str(root / "out")])
     wait_for_step(job, 40)
     acks = {"lr": job.set(lr=5e-4), "momentum": job.set(momentum=0.85),
             "weight_decay": job.set(weight_decay=0.02)}
@@ -107,9 +107,9 @@ def test_checkpoint_now_is_the_trainers_folder_and_resuming_keeps_values(trained
     saved = state["stateful_callbacks"]["HPInteractCallback"]["attributes"]["hpinteract"]
     assert [c["values"] for c in saved["changes"]] == [
         {"lr": 5e-4}, {"momentum": 0.85}, {"weight_decay": 0.02}]
-    job = hpi.launch(SCRIPT, nproc=2, env={  # the same TrainingArguments: the same schedule
-        "HF_STEPS": str(STEPS), "HF_WARMUP": str(WARMUP), "HF_CLIP": "50",
-        "HF_OUTDIR": str(tmp_path), "HF_RESUME": str(path)})
+    job = hpi.launch(SCRIPT, nproc=2, args=[  # the same TrainingArguments: the same schedule
+        "--steps", str(STEPS), "--warmup", str(WARMUP), "--clip", "50",
+        "--output-dir", str(tmp_path), "--resume", str(path)])
     wait_for_step(job, ack.applied_at_step + 3)
     job.stop()
     assert job.wait(120) == hpi.JobState.FINISHED, job.logs()
@@ -126,12 +126,13 @@ def test_checkpoint_now_is_the_trainers_folder_and_resuming_keeps_values(trained
 
 def test_one_process_constant_with_warmup_found_with_attach_latest(tmp_path):
     warm = 200
-    env = {**os.environ, "HF_STEPS": "2000", "HF_SCHED": "constant_with_warmup",
-           "HF_WARMUP": str(warm), "HF_OUTDIR": str(tmp_path), "HF_OUT": str(tmp_path / "o")}
+    env = dict(os.environ)
     for name in ("HPINTERACT_RUN_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         env.pop(name, None)
     before = {j.id for j in hpi.jobs()}
-    proc = subprocess.Popen([sys.executable, str(SCRIPT)], env=env, cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--steps", "2000", "--schedule",
+                             "constant_with_warmup", "--warmup", str(warm), "--output-dir",
+                             str(tmp_path)], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         job = job_started_by_hand(proc, before)
@@ -156,14 +157,14 @@ def test_one_process_constant_with_warmup_found_with_attach_latest(tmp_path):
 def test_under_accelerate_launch(tmp_path):
     """accelerate's own launcher (its multi-process one is torchrun's: on CPU ranks it
     takes --multi_gpu with the script's use_cpu=True)."""
-    env = {**os.environ, "HF_STEPS": "3000", "HF_OUTDIR": str(tmp_path),
-           "HF_OUT": str(tmp_path / "o.json")}
+    env = dict(os.environ)
     env.pop("HPINTERACT_RUN_DIR", None)
     before = {j.id for j in hpi.jobs()}
     accelerate = Path(sys.executable).with_name("accelerate")
     proc = subprocess.Popen(
         [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
-         "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT)],
+         "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), "--steps",
+         "3000", "--output-dir", str(tmp_path), "--report", str(tmp_path / "o.json")],
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         job = job_started_by_hand(proc, before)
