@@ -15,7 +15,8 @@ NOTEBOOKS = sorted(p.name for p in EXAMPLES.glob("*.ipynb"))
 
 
 def test_every_example_notebook_is_tested():
-    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_policies.ipynb", "03_magics.ipynb"]
+    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_policies.ipynb", "03_magics.ipynb",
+                         "04_lightning.ipynb", "05_transformers.ipynb"]
 
 
 @pytest.mark.timeout(400)
