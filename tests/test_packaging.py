@@ -39,3 +39,60 @@ def test_the_wheel_carries_the_built_extension_and_the_server_config(tmp_path):
     assert DATA + "etc/jupyter/jupyter_server_config.d/hpinteract.json" in names
     assert {"hpinteract/server/__init__.py", "hpinteract/labextension/package.json"} <= names
     assert not any("node_modules" in n or n.endswith(".ts") for n in names)
+
+
+NOTEBOOK = [
+    "import hpinteract as hpi\n%load_ext hpinteract",
+    "def train(run):\n"
+    "    import torch\n"
+    "    model = torch.nn.Linear(4, 1)\n"
+    "    opt = torch.optim.SGD(model.parameters(), lr=run.hp['lr'])\n"
+    "    run.watch(model, opt)\n"
+    "    x = torch.randn(64, 4)\n"
+    "    while not run.should_stop:\n"
+    "        loss = (model(x) - 1).pow(2).mean()\n"
+    "        opt.zero_grad(); loss.backward(); opt.step()\n"
+    "        run.step(loss=loss)\n",
+    "job = hpi.launch(train, nproc=1, hparams={'lr': 0.1})\ndash = job.dashboard()\ndash",
+    "await dash.until(step=20)\n%hp attach {job.id}\nack = %hp set lr=0.05\n%hp stop\n"
+    "assert job.wait(120) == hpi.JobState.FINISHED, job.error\n"
+    "assert job.metrics().set_index('step')['lr'][ack.applied_at_step] == 0.05",
+]
+
+
+def test_a_plain_pip_install_gives_the_whole_notebook_experience(tmp_path):
+    """A fresh environment, ``pip install`` of the built wheel and nothing else but the
+    notebook runner: the dashboard, the widgets and %hp work, and Jupyter's server finds
+    the side panel's extension (its packages are dependencies, not extras to guess)."""
+    import nbformat
+    import torch
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=600)
+    [wheel] = tmp_path.glob("hpinteract-*.whl")
+    venv = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    py = venv / "bin" / "python"
+    # torch first, as the README says (the machines' CPU wheel; a bare `torch` would fetch
+    # a multi-GB CUDA build), then the wheel: pip resolves the rest from its requirements.
+    version = torch.__version__.split("+")[0]
+    for what in ([f"torch=={version}"], [str(wheel), "nbclient"]):
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *what], check=True, timeout=900)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in NOTEBOOK]
+    path = tmp_path / "fresh.ipynb"
+    nbformat.write(nb, path)
+    code = ("import sys, nbformat\nfrom nbclient import NotebookClient\n"
+            "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+            "NotebookClient(nb, timeout=180, kernel_name='python3').execute()\n"
+            "nbformat.write(nb, sys.argv[1])\n")
+    r = subprocess.run([str(py), "-c", code, str(path)], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    outputs = [o for c in nbformat.read(path, as_version=4).cells for o in c.outputs]
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for o in outputs), "the dashboard was not displayed"
+    server = subprocess.run([str(venv / "bin" / "jupyter"), "server", "extension", "list"],
+                            capture_output=True, text=True, timeout=120)
+    listed = re.sub(r"\x1b\[[0-9;]*m", "", server.stdout + server.stderr)
+    assert re.search(r"hpinteract 0\.1\.0 OK", listed), listed
