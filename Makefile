@@ -67,6 +67,7 @@ bench: setup
 	$(PY) benchmarks/load.py
 	$(PY) benchmarks/resize.py
 	$(PY) benchmarks/sync.py
+	$(PY) benchmarks/frameworks.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache hpinteract/labextension \

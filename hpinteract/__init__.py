@@ -39,7 +39,7 @@ def init(*args: Any, **kwargs: Any) -> Run:
 
 
 def compare(jobs: Any, metric: str = "loss", **options: Any) -> Any:
-    """Overlay one metric of several jobs in a live figure (notebook; the notebook extra)."""
+    """Overlay one metric of several jobs in a live figure (notebook)."""
     from .notebook.compare import compare as _compare
 
     return _compare(jobs, metric, **options)

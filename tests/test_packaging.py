@@ -49,7 +49,9 @@ NOTEBOOK = [
     "    opt = torch.optim.SGD(model.parameters(), lr=run.hp['lr'])\n"
     "    run.watch(model, opt)\n"
     "    x = torch.randn(64, 4)\n"
-    "    while not run.should_stop:\n"
+    "    import time\n"
+    "    end = time.monotonic() + 120  # a notebook that failed leaves no job behind\n"
+    "    while not run.should_stop and time.monotonic() < end:\n"
     "        loss = (model(x) - 1).pow(2).mean()\n"
     "        opt.zero_grad(); loss.backward(); opt.step()\n"
     "        run.step(loss=loss)\n",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.connection import ConnectionInfo
-from ..protocol.errors import HpiTimeout
+from ..protocol.errors import ConfigError, HpiTimeout
 from ..protocol.hparams import HParam
 from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from ..protocol.states import JobState
@@ -239,23 +239,17 @@ class Job:
         a ``kind``."""
         return stream_records(self, idle_s, since, stop)
 
-    # ---- notebook views (the notebook extra) ------------------------------------------------
+    # ---- notebook views --------------------------------------------------------------------
     def dashboard(self, **options: Any) -> Any:
         """The control panel and live plots of this job, for a notebook cell: one control
         per hyper-parameter, pause/resume/stop, progress, and plots of every metric that
         keep updating while the kernel stays free. Options: ``metrics`` (names to plot),
         ``smoothing`` (0-0.99), ``log``, ``budget`` (points per line)."""
-        # The one upward import of the client (DESIGN's public API puts dashboard() on
-        # Job); it happens on call, so the client itself loads without the notebook extra.
-        from ..notebook.dashboard import Dashboard
-
-        return Dashboard(self, **options)
+        return _dashboard()(self, **options)
 
     def plot(self, metrics: list[str] | None = None, **options: Any) -> Any:
         """Live plots alone (no controls), of ``metrics`` or of everything."""
-        from ..notebook.dashboard import Dashboard
-
-        return Dashboard(self, metrics=metrics, controls=False, **options)
+        return _dashboard()(self, metrics=metrics, controls=False, **options)
 
     # ---- policies ------------------------------------------------------------------------------
     def add_policy(self, policy: Any, every: int = 1, name: str | None = None,
@@ -302,3 +296,16 @@ class Job:
     def close(self) -> None:
         self._channel.close()
 
+
+def _dashboard() -> Any:
+    """The notebook layer's Dashboard. The one upward import of the client (DESIGN's public
+    API puts dashboard() on Job); it happens on call, so the client loads without Bokeh.
+    Its packages are dependencies; an environment that lacks one says which, and how."""
+    try:
+        from ..notebook.dashboard import Dashboard
+    except ModuleNotFoundError as e:
+        name = (e.name or "?").split(".")[0]
+        raise ConfigError(f"job.dashboard() needs {name!r}, which this environment lacks: "
+                          f"pip install hpinteract (its dependencies bring it), or "
+                          f"pip install {name}") from e
+    return Dashboard

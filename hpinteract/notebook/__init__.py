@@ -1,5 +1,5 @@
 """The notebook surface: ``job.dashboard()``, ``job.plot()``, ``hpi.compare``, ``%hp``.
 
 Runs in: the notebook kernel. Imports the client only (never torch), and Bokeh and
-ipywidgets only here: the rest of the package works without the notebook extra.
+ipywidgets only here: the rest of the package loads without them.
 """
