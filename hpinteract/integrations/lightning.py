@@ -205,8 +205,9 @@ class HPInteractCallback(*_BASES):  # type: ignore[misc]
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self._job.run is not None:
             self._job.flush(self._logged(trainer))
-            if not trainer.should_stop:
-                self._job.epoch_boundary(int(trainer.current_epoch) + 1)
+            # Every rank, whatever else stops the fit: the boundary is a collective, and
+            # each rank reaches this hook after the same step.
+            self._job.epoch_boundary(int(trainer.current_epoch) + 1)
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         run = self._job.run

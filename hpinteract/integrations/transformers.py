@@ -98,9 +98,10 @@ class HPInteractCallback(TrainerCallback, ExportableState):
             "max_grad_norm": HParam(float(args.max_grad_norm or 0.0), low=0.0,
                                     doc="gradient clipping by norm (0: off)"),
             "sync": fixed("ssgd", WHY_SYNC), "checkpoint_every": fixed(0, WHY_EVERY)}
-        saved = ((state.stateful_callbacks or {}).get(type(self).__name__) or {})
-        saved = (saved.get("attributes") or {}).get("hpinteract") or None \
-            if isinstance(saved, dict) else None
+        # A resumed run's trainer_state.json holds this callback's state() (ExportableState).
+        mine = (state.stateful_callbacks or {}).get(type(self).__name__)
+        saved = ((mine.get("attributes") or {}).get("hpinteract") or None
+                 if isinstance(mine, dict) else None)
         self._args = args
         driven = Driven("transformers", lambda hp: (per_rank, accum), self._save,
                         progress=lambda: (state.global_step / state.max_steps

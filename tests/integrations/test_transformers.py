@@ -12,11 +12,12 @@ import json
 import os
 import subprocess
 import sys
+from collections import namedtuple
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import EXAMPLES, job_started_by_hand, wait_for_step
+from helpers import EXAMPLES, job_started_by_hand, until, wait_for_step
 from transformers import get_scheduler
 
 import hpinteract as hpi
@@ -40,8 +41,25 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "--steps", str(STEPS), "--warmup", str(WARMUP), "--clip", "50", "--report", str(out),
         "--output-dir", str(root / "out")])
     wait_for_step(job, 40)
-    acks = {"lr": job.set(lr=5e-4), "momentum": job.set(momentum=0.85),
-            "weight_decay": job.set(weight_decay=0.02)}
+    acks = {"lr": job.set(lr=5e-4)}
+    # The other surfaces work on a framework job unchanged: a policy scripted here...
+    proposed: list[int] = []
+
+    def beta(ctx):
+        if proposed:
+            return None
+        proposed.append(ctx.step)
+        return {"momentum": 0.85}
+
+    job.add_policy(beta, name="beta")
+    momentum = until(lambda: changes(job, "momentum"), what="the policy's change")
+    acks["momentum"] = momentum[0]
+    job.remove_policy("beta")
+    # ... and the command line.
+    cli = subprocess.run([sys.executable, "-m", "hpinteract.cli", "set", "weight_decay=0.02",
+                          "--job", job.id], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    acks["weight_decay"] = changes(job, "weight_decay")[0]
     with pytest.raises(hpi.InvalidHParam) as bad_batch:
         job.set(batch_size=64)
     with pytest.raises(hpi.InvalidCommand) as bad_policy:
@@ -56,11 +74,23 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "refused": (str(bad_batch.value), str(bad_policy.value))}
 
 
+Change = namedtuple("Change", "change_id applied_at_step values source")
+
+
+def changes(job: hpi.Job, name: str) -> list[Change]:
+    """The applied changes of ``name`` in the events log, oldest first."""
+    ev = job.events()
+    rows = ev[(ev["kind"] == "change") & (ev["status"] == "applied")]
+    return [Change(r["id"], int(r["applied_at_step"]), r["values"], r["source"])
+            for _, r in rows.iterrows() if name in r["values"]]
+
+
 def test_live_values_on_every_rank_and_the_linear_schedule_goes_on_from_a_set_lr(trained):
     job, acks = trained["job"], trained["acks"]
     for name in ("lr", "momentum", "weight_decay", "clip"):
         step = acks[name].applied_at_step
         assert job.applied_steps(acks[name].change_id) == {0: step, 1: step}, name
+    assert acks["momentum"].source == "policy:beta" and acks["weight_decay"].source == "cli"
     lr = job.metrics().set_index("step")["lr"]
     f = schedule("linear", WARMUP, STEPS)
     s = acks["lr"].applied_at_step
