@@ -12,7 +12,9 @@ schedules of Hugging Face and most Lightning modules, which rewrite lr at every 
 times the value set over what it gives now. Where the factor is 0 (the first step of a
 warmup from 0, the end of a linear decay) the value set becomes the base. Any other
 scheduler gets ``base_lrs = lr``: chainable ones (StepLR, ExponentialLR, ...) go on from
-the param groups' lr, which now hold it.
+the param groups' lr, which now hold it. OneCycleLR and CyclicLR compute every step's lr
+from their own bounds, whatever the groups hold: a set lr would last one step, so lr is
+refused there, with the reason (``why_fixed``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 from ..protocol.errors import ConfigError
 
 OPTIMIZER_HPARAMS = ("lr", "momentum", "weight_decay")
+# Schedulers that set lr from their own bounds at every step (and OneCycleLR momentum too).
+OWN_LR = ("OneCycleLR", "CyclicLR")
 
 
 class OptimizerBinding:
@@ -48,6 +52,16 @@ class OptimizerBinding:
         self.momentum_key = (
             "momentum" if "momentum" in base else "betas" if "betas" in base else None
         )
+
+    def why_fixed(self, name: str) -> str:
+        """Why ``name`` cannot change under this scheduler ("" if it can)."""
+        kind = type(self.scheduler).__name__
+        if kind in OWN_LR and (name == "lr" or (
+                name == "momentum" and getattr(self.scheduler, "cycle_momentum", False))):
+            return (f"{kind} sets it at every step from its own bounds (max_lr, base_lr): a "
+                    "value set would last one step; make those bounds a hyper-parameter "
+                    "of your own instead")
+        return ""
 
     def supported(self) -> list[str]:
         names = ["lr"]

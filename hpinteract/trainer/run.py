@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import IO, Any
 
 from ..protocol.errors import ConfigError
@@ -128,7 +129,8 @@ class Run:
         current = binding.read()
         for name in supported:
             if name not in self.store.specs:
-                self.store.declare(name, BUILTINS[name].with_default(current[name], name))
+                spec = BUILTINS[name].with_default(current[name], name)
+                self.store.declare(name, replace(spec, fixed=binding.why_fixed(name)))
         binding.apply({n: self.store.view[n] for n in supported if n in self._explicit})
         if self._resume is not None:
             restore(self._resume, model, optimizer, scheduler, self.rank)

@@ -71,3 +71,14 @@ def test_a_set_lr_where_the_schedule_is_at_zero_becomes_its_base():
     opt, sched = _warmup()
     OptimizerBinding(opt, sched).apply({"lr": 0.05})  # step 0: factor 0
     assert opt.param_groups[0]["lr"] == 0.05 and sched.base_lrs == pytest.approx([0.05, 0.1])
+
+
+def test_a_scheduler_with_its_own_bounds_fixes_lr_with_the_reason():
+    p = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([p], lr=0.1, momentum=0.9)
+    cycle = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=100)
+    binding = OptimizerBinding(opt, cycle)
+    assert "OneCycleLR sets it at every step" in binding.why_fixed("lr")
+    assert binding.why_fixed("momentum")  # cycle_momentum: its momentum too
+    assert binding.why_fixed("weight_decay") == ""
+    assert OptimizerBinding(opt, torch.optim.lr_scheduler.StepLR(opt, 10)).why_fixed("lr") == ""
