@@ -23,22 +23,26 @@ import torch
 
 
 class Clock:
-    """Rank 0's timing of the steady state, by optimizer step (framework-neutral)."""
+    """The steady state's timing, by optimizer step (framework-neutral): rank 0's wall
+    time, and every rank's CPU time over the same steps (all its threads: hpinteract's
+    coordinator and sockets included), each rank writing ``<out>.cpu<rank>``."""
 
     def __init__(self, warmup: int, steps: int, out: str) -> None:
         self.warmup, self.steps, self.out = warmup, steps, out
-        self.t0 = 0.0
+        self.t0 = self.cpu0 = 0.0
 
     def at(self, step: int, rank: int) -> None:
-        if rank != 0:
-            return
         if step == self.warmup:
-            self.t0 = time.perf_counter()
+            self.t0, self.cpu0 = time.perf_counter(), time.process_time()
         elif step == self.warmup + self.steps:
             dt = time.perf_counter() - self.t0
-            with open(self.out, "w") as f:
-                json.dump({"steps_per_s": self.steps / dt, "ms_per_step": 1e3 * dt / self.steps},
-                          f)
+            cpu = time.process_time() - self.cpu0
+            with open(f"{self.out}.cpu{rank}", "w") as f:
+                json.dump({"cpu_ms_per_step": 1e3 * cpu / self.steps}, f)
+            if rank == 0:  # last: the driver reads the ranks' files once this one exists
+                with open(self.out, "w") as f:
+                    json.dump({"steps_per_s": self.steps / dt,
+                               "ms_per_step": 1e3 * dt / self.steps}, f)
 
 
 def lightning(a: argparse.Namespace, clock: Clock) -> None:
@@ -87,8 +91,13 @@ def lightning(a: argparse.Namespace, clock: Clock) -> None:
 
 
 def transformers(a: argparse.Namespace, clock: Clock) -> None:
-    from transformers import (GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback,
-                              TrainingArguments)
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
 
     class Timing(TrainerCallback):
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
