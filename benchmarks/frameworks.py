@@ -36,6 +36,7 @@ import hpinteract as hpi
 GOAL = 0.98
 SCRIPT = HERE / "fw_train.py"
 FRAMEWORKS = ("lightning", "transformers")
+VARIANTS = ("plain", "hpi", "plain-launch", "hpi-nostream")
 STEPS = {"lightning": 1500, "transformers": 400}  # about 5 s of timed steps each here
 
 
@@ -67,9 +68,15 @@ def run_plain(fw: str, a: argparse.Namespace, out: Path) -> dict[str, Any]:
     return with_cpu(out, dict(json.loads(out.read_text())), a.nproc)
 
 
-def run_hpi(fw: str, a: argparse.Namespace, out: Path, home: Path) -> dict[str, Any]:
-    job = hpi.launch(SCRIPT, nproc=a.nproc, args=args_of(fw, a, out, True), home=home,
+def run_hpi(fw: str, a: argparse.Namespace, out: Path, home: Path, callback: bool = True,
+            stream: bool = True) -> dict[str, Any]:
+    job = hpi.launch(SCRIPT, nproc=a.nproc, args=args_of(fw, a, out, callback), home=home,
                      env=job_env())
+    if not stream:  # plain-launch (no run to follow), hpi-nostream
+        state = job.wait(timeout=a.timeout)
+        if not out.exists():
+            sys.exit(f"{fw} job {job.id} {state.value}: {job.error}\n{job.logs()[-3000:]}")
+        return with_cpu(out, dict(json.loads(out.read_text())), a.nproc)
     watcher = StreamWatcher(hpi.attach(job.id, home=home))
     watcher.start()
     state = job.wait(timeout=a.timeout)
@@ -95,7 +102,13 @@ def main() -> None:
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS))
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--variants", default="plain,hpi", help=(
+        "plain,hpi, and the diagnostics plain-launch (the script without the callback under "
+        "hpi.launch: the launcher's part) and hpi-nostream (nobody following the stream)"))
     a = ap.parse_args()
+    variants = a.variants.split(",")
+    if set(variants) - set(VARIANTS) or variants[:2] != ["plain", "hpi"]:
+        ap.error(f"variants: plain,hpi first, then any of {', '.join(VARIANTS[2:])}")
     fws = a.frameworks.split(",")
     if unknown := set(fws) - set(FRAMEWORKS):
         ap.error(f"unknown frameworks: {', '.join(sorted(unknown))}")
@@ -105,18 +118,20 @@ def main() -> None:
     print(f"frameworks: {a.nproc} ranks, gloo/CPU, {a.warmup} warm-up steps, {a.rounds} "
           f"rounds of plain / hpi for {', '.join(fws)}\n", flush=True)
     res: dict[tuple[str, str], list[dict[str, Any]]] = {
-        (fw, v): [] for fw in fws for v in ("plain", "hpi")}
+        (fw, v): [] for fw in fws for v in variants}
     for r in range(a.rounds):
         for fw in fws:
-            for v in ("plain", "hpi") if r % 2 == 0 else ("hpi", "plain"):
+            for v in variants if r % 2 == 0 else variants[::-1]:
                 out = OUT / f"frameworks-{fw}-{v}-{r}.json"
                 out.unlink(missing_ok=True)
                 t = time.monotonic()
-                rec = run_plain(fw, a, out) if v == "plain" else run_hpi(fw, a, out, home)
+                rec = (run_plain(fw, a, out) if v == "plain" else
+                       run_hpi(fw, a, out, home, callback=v != "plain-launch",
+                               stream=v == "hpi"))
                 res[(fw, v)].append(rec)
                 lag = (f"  stream {rec['stream_metrics']} records, lag p50 "
                        f"{rec['lag_p50_ms']:.0f} ms" if v == "hpi" else "")
-                print(f"round {r}  {fw:<13} {v:<6} {rec['steps_per_s']:8.1f} steps/s "
+                print(f"round {r}  {fw:<13} {v:<12} {rec['steps_per_s']:8.1f} steps/s "
                       f"{rec['ms_per_step']:7.3f} ms/step  (run {time.monotonic() - t:.1f} s)"
                       f"{lag}", flush=True)
     print(f"\n{'framework':<14}{'plain steps/s':>15}{'hpi steps/s':>13}{'hpi/plain':>11}"
@@ -136,6 +151,12 @@ def main() -> None:
               f"{median([h['steps_per_s'] for h in with_hpi]):>13.1f}{ratio:>11.3f}"
               f"{cpu:>15.3f}  {' '.join(f'{x:.3f}' for x in ratios)}  "
               f"{'met' if ok else 'MISS'}")
+    for fw in fws:
+        for v in variants[2:]:
+            ratios = [x["steps_per_s"] / p["steps_per_s"]
+                      for p, x in zip(res[(fw, "plain")], res[(fw, v)], strict=True)]
+            print(f"  diagnostic {fw} {v}/plain: {median(ratios):.3f}  "
+                  f"({' '.join(f'{x:.3f}' for x in ratios)})")
     if missed:
         sys.exit(f"frameworks: {', '.join(missed)} below the goal hpi/plain >= {GOAL}")
 
