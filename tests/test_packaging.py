@@ -10,6 +10,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[1]
 DATA = "hpinteract-0.1.0.data/data/"
 
@@ -62,6 +64,7 @@ NOTEBOOK = [
 ]
 
 
+@pytest.mark.timeout(900)  # a fresh venv's installs: minutes where pip's cache is cold
 def test_a_plain_pip_install_gives_the_whole_notebook_experience(tmp_path):
     """A fresh environment, ``pip install`` of the built wheel and nothing else but the
     notebook runner: the dashboard, the widgets and %hp work, and Jupyter's server finds
