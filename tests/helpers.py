@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import hpinteract as hpi
@@ -54,13 +58,32 @@ def trace(job: hpi.Job, rank: int) -> list[dict]:
     return json.loads((job.run_dir.path / f"trace_{rank}.json").read_text())
 
 
-def job_started_by_hand(proc, before: set[str], timeout: float = 120.0) -> hpi.Job:
-    """The job a script started outside hpi.launch (``proc``) made: the one whose id is not
-    in ``before``; fails at once with the script's output if it exits first."""
-    def new():
+@contextlib.contextmanager
+def started_by_hand(cmd: list[str], cwd: Path, timeout: float = 120.0) -> Iterator[hpi.Job]:
+    """Run ``cmd``, a training script started outside hpi.launch (by hand, by Lightning's
+    launcher, by accelerate), and yield the job it made, found as a user finds it (the new
+    one, which is ``hpi.attach("latest")``). On leaving, wait for the script to exit and
+    fail with its output unless it exited 0; it is killed if it outlives that or the body
+    raised. Fails at once, with the output, if the script exits before making a job."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HPINTERACT_RUN_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    before = {j.id for j in hpi.jobs()}
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+    def new() -> list[hpi.JobSummary]:
         if proc.poll() is not None:
             raise AssertionError(f"the script exited ({proc.returncode}):\n"
                                  f"{proc.stdout.read() if proc.stdout else ''}")
         return [j for j in hpi.jobs() if j.id not in before]
 
-    return hpi.attach(until(new, timeout=timeout, what="the job's run directory")[0].id)
+    try:
+        job = hpi.attach(until(new, timeout=timeout, what="the job's run directory")[0].id)
+        assert job.id == hpi.attach("latest").id
+        yield job
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output

@@ -32,8 +32,6 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1  # of the dict a framework checkpoint carries (``FrameworkJob.state``)
 # hpi.init's settings a callback passes on as they are.
 SETTINGS = frozenset({"backend", "sync_every", "sync_budget", "ip", "policies"})
-# Names hpinteract records itself, or a framework logs twice (its own epoch and lr).
-DUPLICATES = frozenset({"epoch", "learning_rate", "lr", "step"})
 
 
 def check_settings(framework: str, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,6 +61,26 @@ class Found:
     specs: dict[str, HParam]  # their specs, where not the built-ins'
 
 
+class WithRun:
+    """What both callbacks offer the script: ``callback.run`` and ``callback.hp``."""
+
+    _job: FrameworkJob
+
+    @property
+    def run(self) -> Run:
+        """The Run while training (from the framework's train-start hook to its end)."""
+        if self._job.run is None:
+            raise ConfigError(f"the hpinteract run starts with the {self._job.framework} "
+                              "training (its train-start hook)")
+        return self._job.run
+
+    @property
+    def hp(self) -> Mapping[str, Any]:
+        """The job's hyper-parameters now (the same on every rank); after training, the
+        values it ended with."""
+        return self._job.hp
+
+
 class FrameworkJob:
     """One framework job's Run, as a callback drives it."""
 
@@ -87,7 +105,7 @@ class FrameworkJob:
         return self._final
 
     # ---- the start ----------------------------------------------------------------------
-    def start(self, found: Found, driven: Callable[[Run], Driven],
+    def start(self, found: Found, driven: Driven,
               effect: Callable[[dict[str, Any]], None],
               saved: Mapping[str, Any] | None = None) -> Run:
         """Every rank, once the framework has made its process group, optimizer and
@@ -106,16 +124,14 @@ class FrameworkJob:
             "launcher and loaders are the framework's): checkpoint it and start it again "
             "with another number")))
         self.run = run
-        # Each step's record waits for what the framework logs of the step just after
-        # the hook that ends it (flush): the same record, never a second one per step.
-        run.hold_record = True
         run.step_index = found.step
         run.epoch = found.epoch
         run.store.add_effect(effect)
         run.watch(found.model, found.optimizer, found.scheduler)
-        run.drive(driven(run))
-        assert run.driven is not None
-        run.driven.changes.extend(self._restore(run, saved) if saved else [])
+        # From here each step's record waits for what the framework logs of the step just
+        # after the hook that ends it (flush): the same record, never a second one a step.
+        run.drive(driven)
+        driven.changes.extend(self._restore(run, saved) if saved else [])
         return run
 
     def _restore(self, run: Run, saved: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -29,8 +29,7 @@ from ..protocol.errors import ConfigError
 from ..protocol.hparams import HParam
 from ..trainer.commands import Command
 from ..trainer.driven import Driven
-from ..trainer.run import Run
-from .adapter import Found, FrameworkJob, fixed
+from .adapter import Found, FrameworkJob, WithRun, fixed
 
 _BASES: list[type] = []
 try:
@@ -64,7 +63,7 @@ def _per_rank_batch(loader: Any) -> int | None:
     return int(size) if isinstance(size, int) and size > 0 else None
 
 
-class HPInteractCallback(*_BASES):  # type: ignore[misc]
+class HPInteractCallback(WithRun, *_BASES):  # type: ignore[misc]
     """Live hyper-parameters, metrics, pause/stop and checkpoints for a Lightning fit.
 
     ``hparams`` and ``specs`` are the job's own hyper-parameters, as in ``hpi.init``
@@ -79,18 +78,6 @@ class HPInteractCallback(*_BASES):  # type: ignore[misc]
         self._seen_step = -1
         self._micro = 0  # micro-batches of the current optimizer step, backwards done
         self._trainer: Any = None
-
-    @property
-    def run(self) -> Run:
-        if self._job.run is None:
-            raise ConfigError("the hpinteract run starts with training (on_train_start)")
-        return self._job.run
-
-    @property
-    def hp(self) -> Mapping[str, Any]:
-        """The job's hyper-parameters now (the same on every rank); after training, the
-        values it ended with."""
-        return self._job.hp
 
     # ---- the start ----------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
@@ -120,9 +107,9 @@ class HPInteractCallback(*_BASES):  # type: ignore[misc]
         self._job.start(
             Found(pl_module, opt, sched, int(trainer.global_step), int(trainer.current_epoch),
                   values, specs),
-            lambda r: self._driven(r, trainer, per_rank, world), self._effect, self._saved)
+            self._driven(trainer, per_rank, world), self._effect, self._saved)
 
-    def _driven(self, run: Run, trainer: Any, per_rank: int | None, world: int) -> Driven:
+    def _driven(self, trainer: Any, per_rank: int | None, world: int) -> Driven:
         def plan(hp: Mapping[str, Any]) -> tuple[int, int]:
             if per_rank is None:
                 return 0, int(trainer.accumulate_grad_batches)

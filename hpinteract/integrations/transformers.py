@@ -33,8 +33,7 @@ from ..protocol.errors import ConfigError
 from ..protocol.hparams import HParam
 from ..trainer.commands import Command
 from ..trainer.driven import Driven
-from ..trainer.run import Run
-from .adapter import Found, FrameworkJob, fixed
+from .adapter import Found, FrameworkJob, WithRun, fixed
 
 WHY_BATCH = ("the Trainer sizes its loader and counts its steps from "
              "per_device_train_batch_size and gradient_accumulation_steps once, when train() "
@@ -49,7 +48,7 @@ def _inner(scheduler: Any) -> Any:
     return getattr(scheduler, "scheduler", scheduler)
 
 
-class HPInteractCallback(TrainerCallback, ExportableState):
+class HPInteractCallback(WithRun, TrainerCallback, ExportableState):
     """Live hyper-parameters, metrics, pause/stop and checkpoints for ``Trainer.train``.
 
     ``hparams`` and ``specs`` are the job's own hyper-parameters, as in ``hpi.init``
@@ -64,18 +63,6 @@ class HPInteractCallback(TrainerCallback, ExportableState):
         self._saving: tuple[Command | None, int, float] | None = None  # asked, not yet on disk
         self._micro = 0
         self._ending = False
-
-    @property
-    def run(self) -> Run:
-        if self._job.run is None:
-            raise ConfigError("the hpinteract run starts with training (on_train_begin)")
-        return self._job.run
-
-    @property
-    def hp(self) -> Mapping[str, Any]:
-        """The job's hyper-parameters now (the same on every rank); after training, the
-        values it ended with."""
-        return self._job.hp
 
     def state(self) -> dict[str, Any]:
         """ExportableState: hpinteract's part of the Trainer's checkpoints."""
@@ -110,7 +97,7 @@ class HPInteractCallback(TrainerCallback, ExportableState):
         self._job.start(
             Found(model, optimizer, _inner(kwargs.get("lr_scheduler")),
                   int(state.global_step), int(state.epoch or 0), {}, specs),
-            lambda r: driven, self._effect, saved)
+            driven, self._effect, saved)
 
     def _effect(self, changed: dict[str, Any]) -> None:
         if "max_grad_norm" in changed:  # the training loop reads it at every step

@@ -36,7 +36,7 @@ class Driven:
     # samples per rank and forward times the ranks: accumulation makes the rest.
     batch_step: dict[str, Any] | None = None
     lr_used: float | None = None  # the lr of the step just taken, noted before the scheduler's
-    # Rank 0 posts the step's held record (Run.hold_record) now: the job is pausing.
+    # Rank 0 posts the step's held record (Run.held_record) now: the job is pausing.
     flush: Callable[[], None] | None = None
     held: list[Command] = field(default_factory=list)  # rank 0: waiting for the boundary
     releasing: bool = False  # this sync point is an epoch boundary

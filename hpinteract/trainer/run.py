@@ -66,7 +66,8 @@ class Run:
         self._resume = resume
         self._resume_data = resume  # taken by the first loader
         self.hp: Mapping[str, Any] = self.store.view
-        self.hold_record = False  # rank 0 keeps each step's record for hold_record's owner
+        # Rank 0, a framework's run: the step's record, kept for the integration, which
+        # adds what the framework logs of the step just after it and posts it.
         self.held_record: dict[str, Any] | None = None
         self.micro_batch, self.accumulation = (
             plan_of(self.hp, self.world_size) if "batch_size" in self.hp else (0, 1))
@@ -251,7 +252,7 @@ class Run:
             if self._rank_metrics:
                 rec.update(self._rank_metrics)
                 self._rank_metrics = {}
-            if self.hold_record:  # its owner adds to it and posts it (integrations)
+            if self.driven is not None:
                 self.held_record = rec
             else:
                 self._coord.post("metric", rec, wake=False)

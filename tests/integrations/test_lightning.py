@@ -9,15 +9,13 @@ the checkpoint the first wrote on request.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import EXAMPLES, job_started_by_hand, wait_for_step
+from helpers import EXAMPLES, started_by_hand, wait_for_step
 
 import hpinteract as hpi
 
@@ -167,25 +165,13 @@ def test_pytorch_lightning_import_under_lightnings_own_launcher(tmp_path):
     """No torchrun: Lightning starts the second process itself; a client finds the job
     as one started by hand (``hpi.attach("latest")``)."""
     out = tmp_path / "out.json"
-    before = {j.id for j in hpi.jobs()}
-    env = dict(os.environ)
-    env.pop("HPINTERACT_RUN_DIR", None)
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--package", "pytorch_lightning",
-                             "--devices", "2", "--epochs", "50", "--report", str(out),
-                             "--root", str(tmp_path)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        job = job_started_by_hand(proc, before)
-        assert job.id == hpi.attach("latest").id
+    with started_by_hand([sys.executable, str(SCRIPT), "--package", "pytorch_lightning",
+                          "--devices", "2", "--epochs", "50", "--report", str(out),
+                          "--root", str(tmp_path)], tmp_path) as job:
         wait_for_step(job, 5)
         ack = job.set(lr=0.002)
         assert job.applied_steps(ack.change_id) == {0: ack.applied_at_step,
                                                    1: ack.applied_at_step}
         stop = job.stop()
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output
     assert json.loads(out.read_text())["global_step"] == stop.applied_at_step
     assert job.wait(30) == hpi.JobState.FINISHED

@@ -9,7 +9,6 @@ the checkpoint the first wrote on request; a third, a single process with the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import namedtuple
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import EXAMPLES, job_started_by_hand, until, wait_for_step
+from helpers import EXAMPLES, started_by_hand, until, wait_for_step
 from transformers import get_scheduler
 
 import hpinteract as hpi
@@ -156,26 +155,13 @@ def test_checkpoint_now_is_the_trainers_folder_and_resuming_keeps_values(trained
 
 def test_one_process_constant_with_warmup_found_with_attach_latest(tmp_path):
     warm = 200
-    env = dict(os.environ)
-    for name in ("HPINTERACT_RUN_DIR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(name, None)
-    before = {j.id for j in hpi.jobs()}
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--steps", "2000", "--schedule",
-                             "constant_with_warmup", "--warmup", str(warm), "--output-dir",
-                             str(tmp_path)], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        job = job_started_by_hand(proc, before)
-        assert job.id == hpi.attach("latest").id
+    with started_by_hand([sys.executable, str(SCRIPT), "--steps", "2000", "--schedule",
+                          "constant_with_warmup", "--warmup", str(warm), "--output-dir",
+                          str(tmp_path)], tmp_path) as job:
         wait_for_step(job, 50)
         ack = job.set(lr=2e-4)  # in the warmup: it goes on rising, from the value set
         wait_for_step(job, warm + 10)
         stop = job.stop()
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output
     s = ack.applied_at_step
     f = schedule("constant_with_warmup", warm, 2000)
     lr = job.metrics().set_index("step")["lr"]
@@ -187,26 +173,16 @@ def test_one_process_constant_with_warmup_found_with_attach_latest(tmp_path):
 def test_under_accelerate_launch(tmp_path):
     """accelerate's own launcher (its multi-process one is torchrun's: on CPU ranks it
     takes --multi_gpu with the script's use_cpu=True)."""
-    env = dict(os.environ)
-    env.pop("HPINTERACT_RUN_DIR", None)
-    before = {j.id for j in hpi.jobs()}
     accelerate = Path(sys.executable).with_name("accelerate")
-    proc = subprocess.Popen(
-        [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
-         "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), "--steps",
-         "3000", "--output-dir", str(tmp_path), "--report", str(tmp_path / "o.json")],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        job = job_started_by_hand(proc, before)
+    with started_by_hand(
+            [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2",
+             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+             str(SCRIPT), "--steps", "3000", "--output-dir", str(tmp_path), "--report",
+             str(tmp_path / "o.json")], tmp_path) as job:
         wait_for_step(job, 30)
         ack = job.set(max_grad_norm=0.25)
         assert job.applied_steps(ack.change_id) == {0: ack.applied_at_step,
                                                    1: ack.applied_at_step}
         stop = job.stop()
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output
     after = json.loads((tmp_path / "o.json").read_text())
     assert after == {**after, "global_step": stop.applied_at_step, "max_grad_norm": 0.25}
