@@ -54,6 +54,29 @@ def proc_stat(path: str | Path) -> tuple[str, list[str]] | None:
     return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
 
 
+def job_pids(run_dir: Path, *also: bytes) -> list[int]:
+    """Every process started for this run directory (they all carry it in their
+    environment: the supervisor, torchrun's agent inside it, the ranks), or only those
+    whose environment also holds each of ``also`` (``b"RANK=1"``)."""
+    want = f"HPINTERACT_RUN_DIR={run_dir}".encode()
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                env = (p / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if want in env and all(a in env for a in also):
+                pids.append(int(p.name))
+    return pids
+
+
+def rank_pid(job: hpi.Job, rank: int) -> int:
+    """The process of one rank of a launched job (on this machine)."""
+    [pid] = job_pids(job.run_dir.path, f"RANK={rank}".encode(), f"LOCAL_RANK={rank}".encode())
+    return pid
+
+
 def trace(job: hpi.Job, rank: int) -> list[dict]:
     return json.loads((job.run_dir.path / f"trace_{rank}.json").read_text())
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..protocol.failures import summary
+
 
 @dataclass(frozen=True)
 class Ack:
@@ -22,14 +24,28 @@ class Ack:
 
 @dataclass(frozen=True)
 class JobError:
-    """Why a job failed: the root-cause rank (None if no rank ran) and its error."""
+    """Why a job failed: the root-cause rank (None where no rank is to blame: the launch
+    failed, or the ranks saw only a lost peer), what happened to it, and what the other
+    ranks' failures were (``consequences``: each a dict of rank, kind, message, exitcode,
+    signal). ``kind`` is one of ``exception``, ``hang``, ``signal``, ``exit``, ``stopped``,
+    ``lost_peer``."""
 
     rank: int | None
     message: str
     exitcode: int | None = None
     traceback: str | None = None
+    signal: str | None = None  # e.g. "SIGKILL", for a rank killed by a signal
+    step: int | None = None  # the step the rank was in
+    kind: str | None = None
+    consequences: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_record(cls, err: dict[str, Any]) -> JobError:
+        """From the error the supervisor recorded (protocol/failures.py's ``cause``)."""
+        return cls(err.get("rank"), str(err.get("message", "")), err.get("exitcode"),
+                   err.get("traceback"), err.get("signal"), err.get("step"), err.get("kind"),
+                   tuple(c for c in err.get("consequences") or () if isinstance(c, dict)))
 
     def __str__(self) -> str:
-        where = f"rank {self.rank}" if self.rank is not None else "the launcher"
-        code = f" (exit code {self.exitcode})" if self.exitcode is not None else ""
-        return f"{where} failed{code}: {self.message}"
+        return summary({"rank": self.rank, "message": self.message, "exitcode": self.exitcode,
+                        "signal": self.signal, "consequences": self.consequences})

@@ -34,7 +34,10 @@ if TYPE_CHECKING:
 # Commands are answered once applied at a step boundary; a slow step delays that, so they
 # wait longer than queries. Retries carry the same request id: the job never acts twice.
 COMMAND_TIMEOUT_S, COMMAND_RETRIES = 10.0, 11
-# Idle command sockets kept for reuse: as many as a client commonly has commands in flight
+# A query (status, history, policies) is asked once per coordinator: it is not always
+# idempotent (add_policy), so it is not sent again to the same one.
+QUERY_TIMEOUT_S = 40.0
+# Idle sockets kept for reuse: as many as a client commonly has commands in flight
 # (a notebook one, a policy thread or a widget a few more); the rest are closed when done.
 POOL_SIZE = 8
 Stamp = tuple[int, int] | None
@@ -43,10 +46,7 @@ Stamp = tuple[int, int] | None
 class Channel:
     def __init__(self, job: Job) -> None:
         self.job = job
-        self._client: ControlClient | None = None
-        self._stamp: Stamp = None  # the connection file _client came from
-        self._lock = threading.Lock()
-        self._idle: list[tuple[ControlClient, Stamp]] = []  # command sockets, under _pool_lock
+        self._idle: list[tuple[ControlClient, Stamp]] = []  # idle sockets, under _pool_lock
         self._pool_lock = threading.Lock()
 
     def open(self, timeout: float) -> tuple[ControlClient, ConnectionInfo, Stamp]:
@@ -79,41 +79,43 @@ class Channel:
         state = self.job.state
         if state.terminal:
             self.raise_ended(state)
-        try:
-            if command:
-                return self._command(type_, content or {})
-            with self._lock:
-                return self._shared().request(type_, content)
-        except HpiTimeout:
-            state = self.job.state
-            if state.terminal:
-                self.raise_ended(state)
-            if self._moved():  # asked the coordinator of a restarted job's last attempt
-                with self._lock:
-                    return self._shared().request(type_, content)
-            raise
+        if command:
+            return self._command(type_, content or {})
+        return self._query(type_, content or {})
 
     def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
         with self._pool_lock:
             idle, self._idle = self._idle, []
         for client, _ in idle:
             client.close()
 
-    def _shared(self, timeout: float = 120.0) -> ControlClient:
-        if self._client is not None and self._moved():  # under self._lock
-            self._client.close()  # torchrun restarted the job: its coordinator is new
-            self._client = None
-        if self._client is None:
-            self._client, _, self._stamp = self.open(timeout)
-        return self._client
+    def _query(self, type_: str, content: dict[str, Any]) -> dict[str, Any]:
+        """A query, on a pooled socket: no lock is held across the network wait, so one
+        slow answer holds up no other thread. While it waits, a job that ended, or whose
+        connection file changed or went (a restart or resize under way), ends the wait at
+        once: an ended job raises, and otherwise the query waits for the next connection
+        file, as commands do, and asks the new coordinator."""
+        deadline = time.monotonic() + QUERY_TIMEOUT_S
+        req_id = new_id()
+        while True:
+            client, stamp = self._take(max(0.0, deadline - time.monotonic()))
 
-    def _moved(self) -> bool:
-        """Whether the job wrote another connection file since the shared client's."""
-        return connection_stamp(self.job.run_dir.connection) not in (self._stamp, None)
+            def gone(stamp: Stamp = stamp) -> bool:
+                return (connection_stamp(self.job.run_dir.connection) != stamp
+                        or self.job.state.terminal)
+
+            try:
+                return client.request(type_, content, timeout_s=max(
+                    0.1, deadline - time.monotonic()), retries=0, req_id=req_id, give_up=gone)
+            except HpiTimeout:
+                state = self.job.state
+                if state.terminal:
+                    self.raise_ended(state)
+                if time.monotonic() >= deadline:
+                    raise HpiTimeout(f"job {self.job.id} did not answer {type_!r} in "
+                                     f"{QUERY_TIMEOUT_S:.0f}s") from None
+            finally:
+                self._give_back(client, stamp)
 
     def _command(self, type_: str, content: dict[str, Any]) -> dict[str, Any]:
         """A command gets a socket of its own (queries from other threads are not held up),
@@ -138,8 +140,9 @@ class Channel:
         finally:
             self._give_back(client, stamp)
 
-    def _take(self) -> tuple[ControlClient, Stamp]:
-        """An idle command socket to the current coordinator, or a new one."""
+    def _take(self, wait_s: float = 120.0) -> tuple[ControlClient, Stamp]:
+        """An idle socket to the current coordinator, or a new one (waiting up to ``wait_s``
+        for a connection file)."""
         now = connection_stamp(self.job.run_dir.connection)
         stale: list[ControlClient] = []
         taken: tuple[ControlClient, Stamp] | None = None
@@ -154,7 +157,7 @@ class Channel:
             client.close()
         if taken is not None:
             return taken
-        client, _, stamp = self.open(timeout=120.0)
+        client, _, stamp = self.open(timeout=wait_s)
         return client, stamp
 
     def _give_back(self, client: ControlClient, stamp: Stamp) -> None:

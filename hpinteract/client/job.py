@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol.connection import ConnectionInfo
 from ..protocol.errors import ConfigError, HpiTimeout
+from ..protocol.failures import latest_cause
 from ..protocol.hparams import HParam
 from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from ..protocol.states import JobState
@@ -69,12 +70,16 @@ class Job:
         st = self._status_file()
         err = st.get("error")
         if err:
-            return JobError(err.get("rank"), str(err.get("message", "")), err.get("exitcode"),
-                            err.get("traceback"))
-        if self.state == JobState.FAILED:
-            return JobError(None, "the job's processes exited without recording an end; "
-                                  "see job.logs()")
-        return None
+            return JobError.from_record(err)
+        if self.state != JobState.FAILED:
+            return None  # while failing, the cause is not known yet
+        # No supervisor recorded an end (plain torchrun, or a kill -9 of the whole job):
+        # what the ranks recorded of their last attempt, if anything.
+        found = latest_cause(self.run_dir)
+        if found is not None:
+            return JobError.from_record(found)
+        return JobError(None, "the job's processes exited without recording an end; "
+                              "see job.logs()")
 
     def wait(self, timeout: float | None = None, poll_s: float = 0.1) -> JobState:
         """Block until the job has finished or failed; returns the final state."""

@@ -202,7 +202,10 @@ class FrameworkJob:
         if extra:
             rec.update(extra)
         if run._coord is not None:
-            run._coord.post("metric", rec)
+            # As run.step posts a raw loop's: the coordinator collects records on its
+            # 50 ms cycle. Waking it for each one cost a syscall and a thread switch on
+            # rank 0 every step (about 1 % of a 9 ms step on 2 busy cores).
+            run._coord.post("metric", rec, wake=False)
 
     def epoch_boundary(self, epoch: int) -> None:
         """Every rank, between two epochs: the changes held for it apply now."""

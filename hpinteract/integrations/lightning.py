@@ -115,8 +115,15 @@ class HPInteractCallback(WithRun, *_BASES):  # type: ignore[misc]
                 return 0, int(trainer.accumulate_grad_batches)
             return per_rank, max(1, int(hp["batch_size"]) // (per_rank * world))
 
+        totals: dict[int, float] = {}  # by accumulate_grad_batches, which changes it
+
         def progress() -> float | None:
-            total = trainer.estimated_stepping_batches
+            # estimated_stepping_batches walks the loaders and limits each time it is
+            # read: once per accumulation (they change only with it) keeps it off the step.
+            accumulate = int(trainer.accumulate_grad_batches)
+            if accumulate not in totals:
+                totals[accumulate] = float(trainer.estimated_stepping_batches or 0)
+            total = totals[accumulate]
             return min(1.0, trainer.global_step / total) if total and total != float(
                 "inf") else None
 
@@ -188,6 +195,7 @@ class HPInteractCallback(WithRun, *_BASES):  # type: ignore[misc]
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if self._job.run is not None:
             self._job.flush(self._logged(trainer))
+            self._job.run._watch.enter()  # a validation loop is no hang (hang_timeout)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if self._job.run is not None:
@@ -200,6 +208,7 @@ class HPInteractCallback(WithRun, *_BASES):  # type: ignore[misc]
         run = self._job.run
         if run is None or trainer.sanity_checking:
             return
+        run._watch.leave()
         evals = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val")}
         if evals:
             run.log_eval(**self._job.metrics(evals, "pl"))

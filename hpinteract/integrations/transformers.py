@@ -175,6 +175,12 @@ class HPInteractCallback(WithRun, TrainerCallback, ExportableState):
             metrics["loss"] = loss
         self._job.flush(metrics)
 
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """An evaluation batch: the evaluation is moving, so it is no hang (hang_timeout)."""
+        run = self._job.run
+        if run is not None and run._watch.beat is not None:
+            run._watch.beat = time.perf_counter()
+
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: Any = None,
                     **kwargs: Any) -> None:
         run = self._job.run

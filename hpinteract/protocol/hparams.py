@@ -153,6 +153,10 @@ BUILTINS: dict[str, HParam] = {
                             "steps (0: off)"),
     "checkpoint_every": HParam(0, low=0, doc="write a checkpoint every N steps (0: only "
                                "when asked); the newest two periodic ones are kept"),
+    # As NCCL's default collective timeout: long enough for any step that finishes.
+    "hang_timeout": HParam(600.0, low=0.0, doc="seconds without a completed step (not "
+                           "paused) after which the job dumps every rank's stack and fails "
+                           "as hung (0: off)"),
     "sync": HParam("ssgd", choices=("ssgd", "model_averaging"),
                    doc="ssgd: gradients all-reduced every step; model_averaging: local steps, "
                        "parameters averaged every averaging_period steps"),
@@ -162,7 +166,7 @@ BUILTINS: dict[str, HParam] = {
 # Declared in every job (the monitors, checkpoints, synchronisation) or with batch_size (its
 # scaling rule).
 MONITORS = ("monitor_gns", "gns_smoothing", "monitor_ranks", "checkpoint_every", "sync",
-            "averaging_period")
+            "averaging_period", "hang_timeout")
 
 
 def build_specs(

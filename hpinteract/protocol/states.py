@@ -17,7 +17,10 @@ class JobState(str, Enum):
         RUNNING  -> PAUSED -> RUNNING  pause / resume, at a step boundary on every rank
         RUNNING | PAUSED -> STOPPING   stop requested; every rank ends its loop at one step
         STARTING | RUNNING | PAUSED | STOPPING -> FINISHED   the script returned normally
-        any non-terminal -> FAILED     a rank raised or died (the rank and reason recorded)
+        any non-terminal -> FAILING    rank 0 is ending after an error; which rank caused
+                                       it is not known yet
+        any non-terminal -> FAILED     a rank raised or died (the root cause recorded by the
+                                       supervisor, which sees torchrun's exit statuses)
 
     FINISHED and FAILED are terminal.
     """
@@ -26,6 +29,7 @@ class JobState(str, Enum):
     RUNNING = "running"
     PAUSED = "paused"
     STOPPING = "stopping"
+    FAILING = "failing"
     FINISHED = "finished"
     FAILED = "failed"
 

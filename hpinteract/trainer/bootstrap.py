@@ -18,6 +18,7 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from ..protocol.rundir import RunDir, read_json
+from .ending import exited_with
 
 
 @record  # type: ignore[untyped-decorator]  # torch is not type-checked here
@@ -32,7 +33,12 @@ def main() -> None:
     script = str(Path(job["script"]).resolve())
     sys.argv = [script, *map(str, job.get("args", []))]
     sys.path.insert(0, str(Path(script).parent))  # as `python script.py` would
-    runpy.run_path(script, run_name="__main__")
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            exited_with(exc.code)
+        raise
 
 
 def run_function(run_dir: RunDir, job: dict[str, Any]) -> None:

@@ -61,14 +61,16 @@ class Boundary:
         self.apply([c for c in agreed if c["op"] != "checkpoint"])
         if r.driven is not None:  # the framework's own checkpoint, written by every rank
             for c in saves:
-                r.driven.save(self.in_flight.pop(c["id"], None), r.step_index)
+                with r._watch.between_steps():  # a long write is no hang
+                    r.driven.save(self.in_flight.pop(c["id"], None), r.step_index)
         elif r._coord is not None and r.model is not None:
             every = int(r.hp["checkpoint_every"])
             todo = [self.in_flight.pop(c["id"]) for c in saves]
             if not todo and every and r.step_index - self.saved_at >= every:
                 todo = [Command("checkpoint", new_id(), PERIODIC_SOURCE, tracked=False)]
             for command in todo:
-                self.checkpoint(command)
+                with r._watch.between_steps():
+                    self.checkpoint(command)
         self.maybe_resize()
 
     def replay(self, cmds: list[dict[str, Any]]) -> None:

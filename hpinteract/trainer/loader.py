@@ -140,7 +140,8 @@ class HpLoader:
         while self.position < n and not run.should_stop:
             now = (run.store.versions.get("batch_size", 0),
                    run.store.versions.get("micro_batch", 0))
-            if it is None or now != versions:  # only ever between steps (a sync point)
+            fresh = it is None or now != versions
+            if fresh:  # only ever between steps (a sync point)
                 versions = now
                 micro, _ = plan_of(run.hp, run.world_size)
                 sampler = _Slices(perm, self.position, self._batch(), run.rank,
@@ -150,8 +151,13 @@ class HpLoader:
                     break
                 it = iter(DataLoader(self.dataset, batch_sampler=sampler, **self.options))
                 plan = sampler.plan()
+            assert it is not None
             try:
-                batch = next(it)
+                if fresh:  # a loader's start (its worker processes) is no hang
+                    with run._watch.between_steps():
+                        batch = next(it)
+                else:
+                    batch = next(it)
             except StopIteration:
                 break
             _, where = next(plan)

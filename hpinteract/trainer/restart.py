@@ -1,30 +1,24 @@
 """Automatic restarts: which torchrun attempt this is, and what made the last one fail.
 
-Runs in: every rank (``attempt``, ``restarts_left``); rank 0 before its coordinator opens
-the logs (``previous_failure``, for the ``restart`` event) and the supervisor
-(``is_peer_loss``). torchrun (``--max-restarts``) restarts every worker when one dies;
-the new workers find the attempt number in ``TORCHELASTIC_RESTART_COUNT`` and continue from
-the job's newest checkpoint (see resume.py).
+Runs in: every rank (``attempt``, ``restarts_left``) and rank 0 before its coordinator
+opens the logs (``previous_failure``, for the ``restart`` event). torchrun
+(``--max-restarts``) restarts every worker when one dies; the new workers find the
+attempt number in ``TORCHELASTIC_RESTART_COUNT`` and continue from the job's newest
+checkpoint (see resume.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any
 
+from ..protocol.failures import attempt_cause, cause, merge, summary
 from ..protocol.rundir import RunDir
 
-# What a rank raises when a peer vanished under a collective, or when torchrun stopped it
-# after another rank failed (sigterm.py): a consequence, not a cause.
-_PEER_LOSS = re.compile(
-    r"Connection closed by peer|Connection reset by peer|ECONNRESET|Broken pipe|"
-    r"NCCL communicator was aborted|DistNetworkError|stopped by SIGTERM", re.IGNORECASE)
-
-
-def is_peer_loss(message: Any) -> bool:
-    return bool(_PEER_LOSS.search(str(message)))
+# Set by the supervisor, which sees torchrun's exit statuses and records the job's end: a
+# rank under it never writes a terminal failure itself (ending.py).
+SUPERVISED_ENV = "HPINTERACT_SUPERVISED"
 
 
 def attempt() -> int:
@@ -32,15 +26,17 @@ def attempt() -> int:
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
+def supervised() -> bool:
+    return os.environ.get(SUPERVISED_ENV) == "1"
+
+
 def restarts_left() -> int:
     return int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) - attempt()
 
 
-def previous_failure(run_dir: RunDir, number: int) -> dict[str, Any]:
-    """What the error files of attempt ``number`` say: the rank that failed for its own
-    reasons when one recorded an exception, else the peers' view. A rank killed by a
-    signal writes none: then only its peers' "connection closed" tells of it."""
-    found: list[tuple[bool, int, str]] = []
+def error_files(run_dir: RunDir, number: int) -> dict[int, str]:
+    """The messages of torchrun's per-rank error files of attempt ``number`` (``@record``)."""
+    out: dict[int, str] = {}
     for path in run_dir.logs_dir.glob(f"torchrun/*/attempt_{number}/*/error.json"):
         try:
             message = json.loads(path.read_text()).get("message")
@@ -48,14 +44,21 @@ def previous_failure(run_dir: RunDir, number: int) -> dict[str, Any]:
             continue
         if isinstance(message, dict):
             message = message.get("message")
-        found.append((is_peer_loss(message), int(path.parent.name), str(message)))
-    if not found:
-        return {"failed_rank": None, "error": "a rank died without an error record "
-                                              "(killed by a signal?)"}
-    peer, rank, message = min(found)
-    if peer:
-        ranks = ", ".join(str(r) for _, r, _ in sorted(found, key=lambda f: f[1]))
-        return {"failed_rank": None,
-                "error": f"rank(s) {ranks} lost a peer that died without an error record "
-                         f"(killed by a signal?): {message}"}
-    return {"failed_rank": rank, "error": message}
+        out[int(path.parent.name)] = str(message)
+    return out
+
+
+def previous_failure(run_dir: RunDir, number: int) -> dict[str, Any]:
+    """What made attempt ``number`` fail, for the restart event: the supervisor's record of
+    the exit statuses (a rank killed by a signal is named by it) and the ranks' own records
+    (protocol/failures.py); where neither was written, torchrun's error files."""
+    found = attempt_cause(run_dir, number)
+    if found is None:
+        files = error_files(run_dir, number)
+        if not files:
+            return {"failed_rank": None, "error": "no rank of the attempt left a record of "
+                                                  "its failure"}
+        found = cause({r: merge(r, {"message": m}, None) for r, m in files.items()})
+    return {"failed_rank": found["rank"], "error": summary(found), "failed_kind": found["kind"],
+            "signal": found.get("signal"), "exitcode": found.get("exitcode"),
+            "failed_step": found.get("step"), "consequences": found.get("consequences", [])}

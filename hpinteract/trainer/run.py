@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import IO, Any
 
@@ -38,6 +39,7 @@ from .resize import done_event, resized, why_not_resizable
 from .restart import attempt
 from .resume import Resume, restore
 from .sync import StepSync
+from .watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,7 @@ class Run:
             self._post_status()
         if node_count() > 1:  # every rank: the coordinator's address for every node
             share_connection(sync, self.rank, topo.local_rank, run_dir)
+        self._watch = Watchdog(self)  # hang_timeout
         self._end = Ending(self)  # the excepthook, atexit and SIGTERM handlers
 
     # ---- set-up ---------------------------------------------------------------------------
@@ -227,7 +230,7 @@ class Run:
         holds while paused and marks the loop to end when stopped."""
         now = time.perf_counter()
         dt = now - self._last_t
-        self._last_t = now
+        self._last_t = self._watch.beat = now
         data_time = max(0.0, self._batch_t - (now - dt))
         if self.accumulation > 1 and self.driven is None:
             self._check_accumulation()
@@ -273,6 +276,11 @@ class Run:
         if self._sync.due():
             self._at_sync_point()
             self.hold_while_paused()
+
+    def between_steps(self) -> AbstractContextManager[None]:
+        """``with run.between_steps(): evaluate()``: work between two steps that is not
+        training (an evaluation, a long save), which the hang watchdog does not count."""
+        return self._watch.between_steps()
 
     def hold_while_paused(self) -> None:
         """After a sync point (every rank): wait, syncing, until resumed or stopped."""

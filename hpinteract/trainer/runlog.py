@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import json
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -101,8 +102,9 @@ def _ends_with_newline(path: Path) -> bool:
         return f.read(1) == b"\n"
 
 
-def last_seq(path: Path) -> int:
-    """The last complete record's seq, reading only the file's tail."""
+def last_record(path: Path, want: Callable[[dict[str, Any]], bool] = lambda r: True
+                ) -> dict[str, Any] | None:
+    """The last complete record that ``want`` accepts, reading only the file's tail."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
@@ -110,10 +112,21 @@ def last_seq(path: Path) -> int:
             f.seek(max(0, size - 65536))
             lines = f.read().splitlines()
     except FileNotFoundError:
-        return 0
+        return None
     for line in reversed(lines):
         try:
-            return int(json.loads(line)["seq"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return 0
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a crash, or cut by the seek
+        if isinstance(rec, dict) and "seq" in rec and want(rec):
+            return rec
+    return None
+
+
+def last_seq(path: Path) -> int:
+    """The last complete record's seq, reading only the file's tail."""
+    rec = last_record(path)
+    try:
+        return int(rec["seq"]) if rec is not None else 0
+    except (TypeError, ValueError):
+        return 0

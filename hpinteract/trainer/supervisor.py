@@ -14,18 +14,19 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
+from ..protocol.failures import attempt_cause, attempts, cause, merge, read_rank_failures
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
+from .attempts import AttemptRecorder, job_step, seen_of
 from .resize import ENV as RESIZED_ENV
 from .resize import peek_record, relaunch_env, take_record
-from .restart import is_peer_loss
+from .restart import SUPERVISED_ENV
 from .runlog import RunLog, last_seq
 
 
@@ -48,18 +49,6 @@ def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
     return [*argv, "-m", "hpinteract.trainer.bootstrap"]
 
 
-def root_cause(failures: Mapping[int, Any]) -> tuple[int, Any]:
-    """The rank that failed first for its own reasons.
-
-    torchrun orders failures by time, but when a rank dies its peers raise a
-    communication error within milliseconds, sometimes before the agent notices the death,
-    and would then be named as the cause. Such failures lose to any other.
-    """
-    own = {r: f for r, f in failures.items() if not is_peer_loss(f.message)}
-    rank = min(own or failures, key=lambda r: (own or failures)[r].timestamp)
-    return rank, failures[rank]
-
-
 def append_event(run_dir: RunDir, event: dict[str, Any]) -> None:
     """Append to the events log once rank 0's coordinator (its writer) has gone."""
     seq = 1 + max(last_seq(run_dir.metrics_log), last_seq(run_dir.events_log))
@@ -69,28 +58,33 @@ def append_event(run_dir: RunDir, event: dict[str, Any]) -> None:
 
 
 def record_end(run_dir: RunDir, state: JobState, error: dict[str, Any] | None) -> None:
+    """The job's terminal state: only the supervisor writes a failure (the ranks cannot
+    tell a cause from its consequences)."""
     # A dead rank 0's, or another node's copy (nodes.py): nobody answers there any more.
     run_dir.connection.unlink(missing_ok=True)
     prev = read_json(run_dir.state_file) or {}
     if state == JobState.FINISHED and prev.get("state") == JobState.FINISHED.value:
         return  # rank 0 already recorded the clean end
-    prev_error = prev.get("error") or {}
-    if error is not None and prev_error.get("rank") == error.get("rank"):
-        error = {**prev_error, **error}  # keep the traceback rank 0 recorded itself
     append_event(run_dir, {"kind": "state", "state": state.value, "source": "supervisor",
                            "error": error})
     atomic_write_json(run_dir.state_file, {**prev, "state": state.value, "error": error,
                                            "updated": time.time()})
 
 
-def error_of(failures: Mapping[int, Any]) -> dict[str, Any]:
-    """The root cause of a failure, as the state file and the events record it."""
-    rank, failure = root_cause(failures)
-    message = failure.message
-    if isinstance(message, dict):  # torch's error-file form
-        message = message.get("message", str(message))
-    return {"rank": rank, "exitcode": failure.exitcode, "message": str(message),
-            "pid": failure.pid}
+def error_of(exc: ChildFailedError, run_dir: RunDir, recorder: AttemptRecorder
+             ) -> dict[str, Any]:
+    """The root cause of the failure torchrun raised, with the other ranks' failures as
+    its consequences (protocol/failures.py)."""
+    if recorder.last_failed is not None:
+        found = attempt_cause(run_dir, recorder.last_failed)
+        if found is not None:
+            return found
+    # Without the agent's record (a torch whose agent could not be wrapped): torchrun's
+    # failures of the last attempt, and the ranks' own records of it.
+    own = read_rank_failures(run_dir, max(attempts(run_dir), default=0))
+    seen = {int(r): seen_of(f) for r, f in exc.failures.items()}
+    merged = {r: merge(r, seen.get(r), own.get(r)) for r in sorted(set(seen) | set(own))}
+    return cause(merged, job_step(run_dir), recorder.oom_killed())
 
 
 def died_by_a_signal(error: dict[str, Any], after: str, run_dir: RunDir) -> None:
@@ -101,7 +95,7 @@ def died_by_a_signal(error: dict[str, Any], after: str, run_dir: RunDir) -> None
                                       f"{error['message']}"})
 
 
-def run_ranks(job: dict[str, Any], run_dir: RunDir) -> None:
+def run_ranks(job: dict[str, Any], run_dir: RunDir, recorder: AttemptRecorder) -> None:
     """One torchrun, to its end. A rank killed by a signal after rank 0 recorded a resize
     had left: every rank had agreed on the new size at the boundary, and rank 0 writes the
     record only once the resize checkpoint is on disk. What killed it is torch and gloo's
@@ -111,8 +105,8 @@ def run_ranks(job: dict[str, Any], run_dir: RunDir) -> None:
     try:
         torchrun(parse_args(torchrun_argv(job, run_dir)))
     except ChildFailedError as exc:
-        error = error_of(exc.failures)
-        if peek_record(run_dir) is None or error["exitcode"] >= 0:
+        error = error_of(exc, run_dir, recorder)
+        if peek_record(run_dir) is None or (error.get("exitcode") or 0) >= 0:
             raise
         died_by_a_signal(error, "after leaving for a resize", run_dir)
 
@@ -126,19 +120,22 @@ def main(run_path: str) -> int:
     # A record no torchrun of this supervisor wrote (a resize whose end failed, or a
     # supervisor killed before taking it; resume= reuses the run directory) is stale.
     take_record(run_dir)
+    os.environ[SUPERVISED_ENV] = "1"  # torchrun hands it to the ranks
+    recorder = AttemptRecorder(run_dir)
+    recorder.install()
     try:
-        run_ranks(job, run_dir)
+        run_ranks(job, run_dir, recorder)
         # A resize: the ranks checkpointed and left; the job goes on with the new number.
         while (record := take_record(run_dir)) is not None:
             # The file as it is now (the launcher added the supervisor's pid after we read it).
             job = {**(read_json(run_dir.job_file) or job), "nproc": record["to"]}
             atomic_write_json(run_dir.job_file, job)  # spec, jobs() and restarts see it
             os.environ[RESIZED_ENV] = relaunch_env(record)  # torchrun hands it to the ranks
-            run_ranks(job, run_dir)
+            run_ranks(job, run_dir, recorder)
     except ChildFailedError as exc:
-        error = error_of(exc.failures)
+        error = error_of(exc, run_dir, recorder)
         prev = read_json(run_dir.state_file) or {}
-        if prev.get("state") == JobState.FINISHED.value and error["exitcode"] < 0:
+        if prev.get("state") == JobState.FINISHED.value and (error.get("exitcode") or 0) < 0:
             # Training had finished on every rank (rank 0 recorded it after the last step)
             # and a process died by a signal while exiting: keep the result.
             died_by_a_signal(error, "at exit after the job finished", run_dir)

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -140,7 +141,10 @@ class ControlClient:
     def request(
         self, type_: str, content: dict[str, Any] | None = None, *,
         timeout_s: float | None = None, retries: int | None = None, req_id: str | None = None,
+        give_up: Callable[[], bool] | None = None,
     ) -> dict[str, Any]:
+        """``give_up`` is asked every quarter second while the answer is awaited: true ends
+        the wait at once with HpiTimeout (the caller knows the server has gone)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         attempts = 1 + (self.retries if retries is None else retries)
         req_id = req_id or new_id()
@@ -150,8 +154,11 @@ class ControlClient:
             sock.send_multipart(self.codec.pack(msg))
             deadline = time.monotonic() + timeout
             while (left := deadline - time.monotonic()) > 0:
-                if not sock.poll(int(left * 1000) + 1):
-                    break
+                if not sock.poll(int(min(left, 0.25 if give_up else left) * 1000) + 1):
+                    if give_up is not None and give_up():
+                        self._reset()
+                        raise HpiTimeout(f"gave up waiting for {type_!r} from {self._url}")
+                    continue
                 frames = sock.recv_multipart()
                 try:
                     _, reply = self.codec.unpack(frames)

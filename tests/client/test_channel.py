@@ -1,5 +1,6 @@
-"""Channel's command sockets against a real ROUTER (ControlServer) on loopback: reused from
-a pool, never shared by two commands at once, replaced when the job's coordinator moves."""
+"""Channel's sockets against a real ROUTER (ControlServer) on loopback: reused from a pool,
+never shared by two requests at once, replaced when the job's coordinator moves; a query
+holds up no other thread's and follows a coordinator that left."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import zmq
 from hpinteract.client import channel as channel_mod
 from hpinteract.client.channel import Channel
 from hpinteract.protocol.connection import ConnectionInfo, new_key
-from hpinteract.protocol.errors import InvalidHParam
+from hpinteract.protocol.errors import InvalidHParam, JobFailed
 from hpinteract.protocol.states import JobState
 from hpinteract.transport.control import ControlServer
 
@@ -23,10 +24,13 @@ class Coordinator:
     """A ROUTER that answers every request, records the peer identity that sent it, and can
     hold its answers until told (commands wait for a step boundary)."""
 
-    def __init__(self, ctx: zmq.Context[Any], run_dir: Path) -> None:
+    def __init__(self, ctx: zmq.Context[Any], run_dir: Path, silent: bool = False) -> None:
         key = new_key()
         self.server = ControlServer(ctx, key.encode())
         self.peers: list[bytes] = []
+        self.types: list[str] = []
+        self.silent = silent  # never answers (a coordinator that left for a restart)
+        self.slow = threading.Event()  # set: "slow" queries wait until it is cleared
         self.hold = threading.Event()
         self.hold.set()
         self.held = threading.Semaphore(0)
@@ -42,17 +46,23 @@ class Coordinator:
             if sock.poll(20):
                 identity, msg = self.server.recv()
                 self.peers.append(identity[0])
+                self.types.append(msg.header.type)
                 pending.append((identity, msg))
                 self.held.release()
+            if self.silent:
+                pending.clear()
             if self.hold.is_set():
-                for identity, msg in pending:
+                for identity, msg in list(pending):
+                    if msg.header.type == "slow" and self.slow.is_set():
+                        continue
+                    pending.remove((identity, msg))
                     if msg.content.get("values", {}).get("lr", 0) < 0:
                         err = {"type": "InvalidHParam", "message": "lr: must be >= 0"}
                         self.server.reply(identity, msg, {"ok": False, "error": err})
                     else:
                         self.server.reply(identity, msg, {"ok": True, "change_id": "c",
-                                                          "applied_at_step": 1})
-                pending.clear()
+                                                          "applied_at_step": 1,
+                                                          "port": self.server.port})
 
     def close(self) -> None:
         self._stop.set()
@@ -68,11 +78,12 @@ def setup(tmp_path: Path):  # type: ignore[no-untyped-def]
                           state=JobState.RUNNING, error=None)
     coords: list[Coordinator] = []
 
-    def start() -> Coordinator:
-        coords.append(Coordinator(ctx, tmp_path))
+    def start(silent: bool = False) -> Coordinator:
+        coords.append(Coordinator(ctx, tmp_path, silent))
         return coords[-1]
 
     ch = Channel(job)  # type: ignore[arg-type]
+    ch.job_ns = job  # type: ignore[attr-defined]  # the tests change its state
     yield ch, start
     ch.close()
     for c in coords:
@@ -142,3 +153,54 @@ def test_a_moved_coordinator_gets_new_sockets(setup) -> None:  # type: ignore[no
     assert ch.request("set", {"values": {"lr": 0.1}}, command=True)["ok"]
     assert len(second.peers) == 1
     assert all(client is not old for client, _ in ch._idle)
+
+
+def test_a_slow_query_holds_up_no_other_threads_query(setup) -> None:  # type: ignore[no-untyped-def]
+    ch, start = setup
+    coord = start()
+    coord.slow.set()
+    slow: list[dict[str, Any]] = []
+    t = threading.Thread(target=lambda: slow.append(ch.request("slow")))
+    t.start()
+    assert coord.held.acquire(timeout=10)  # the slow query is at the coordinator
+    assert ch.request("status")["ok"]  # answered while the other still waits
+    assert not slow
+    coord.slow.clear()
+    t.join(10)
+    assert slow and slow[0]["ok"]
+
+
+def test_a_query_follows_a_coordinator_that_left_without_asking_it_again(
+        setup) -> None:  # type: ignore[no-untyped-def]
+    ch, start = setup
+    gone = start(silent=True)
+    result: list[dict[str, Any]] = []
+    t = threading.Thread(target=lambda: result.append(ch.request("status")))
+    t.start()
+    assert gone.held.acquire(timeout=10)
+    path = ch.job.run_dir.connection
+    path.unlink()  # the coordinator left (a resize): the query waits for the next file
+    new = start()
+    t.join(30)
+    assert result and result[0]["port"] == new.server.port
+    assert gone.types == ["status"]  # asked once, not again and again
+    assert new.types == ["status"]
+
+
+def test_a_query_to_a_job_that_ends_meanwhile_raises(setup) -> None:  # type: ignore[no-untyped-def]
+    ch, start = setup
+    gone = start(silent=True)
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            ch.request("status")
+        except JobFailed as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=ask)
+    t.start()
+    assert gone.held.acquire(timeout=10)
+    ch.job_ns.state = JobState.FAILED
+    t.join(30)
+    assert len(errors) == 1 and gone.types == ["status"]

@@ -6,27 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
-from helpers import TOY, wait_for_step
+from helpers import TOY, job_pids, wait_for_step
 
 import hpinteract as hpi
 from hpinteract.client.history import read_records
-
-
-def _job_pids(run_dir: Path) -> list[int]:
-    """Every process started for this run directory (they all carry it in their
-    environment: the supervisor, torchrun's agent inside it, the ranks)."""
-    want = f"HPINTERACT_RUN_DIR={run_dir}".encode()
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if want in (p / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(p.name))
-            except OSError:
-                continue
-    return pids
 
 
 def test_a_job_killed_outright_keeps_its_logs_and_its_acknowledged_changes():
@@ -35,7 +19,7 @@ def test_a_job_killed_outright_keeps_its_logs_and_its_acknowledged_changes():
     saved = job.checkpoint().applied_at_step  # the changes below come after it
     acks = [job.set(dropout=round(0.1 + 0.05 * i, 2)) for i in range(4)]
     seen = wait_for_step(job, acks[-1].applied_at_step + 3)
-    pids = _job_pids(job.run_dir.path)
+    pids = job_pids(job.run_dir.path)
     assert len(pids) >= 3  # supervisor (with torchrun's agent) and two ranks
     for pid in pids:
         os.kill(pid, signal.SIGKILL)

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -23,6 +24,9 @@ p.add_argument("--n", type=int, default=256)
 p.add_argument("--crash-rank", type=int, default=-1)
 p.add_argument("--crash-step", type=int, default=-1)
 p.add_argument("--kill", action="store_true", help="die by SIGKILL instead of raising")
+p.add_argument("--exit", type=int, default=0, help="sys.exit with this code instead of raising")
+p.add_argument("--hang", type=float, default=0.0,
+               help="instead of raising, sleep this long in the step (inf: for ever)")
 p.add_argument("--seed", type=int, default=None, help="seed torch (the model's start)")
 p.add_argument("--crash-always", action="store_true",
                help="crash on every torchrun attempt, not only the first")
@@ -36,6 +40,12 @@ run = hpi.init(
         "note": hpi.HParam("", doc="free text: a long one takes the control word's second round"),
     },
 )
+
+
+def stuck_in_user_code(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # the frame the hang report must name
+        time.sleep(0.05)
 
 
 class Data(torch.utils.data.Dataset):
@@ -66,7 +76,12 @@ for epoch in run.epochs(a.epochs):
                                                                    or a.crash_always):
             if a.kill:
                 os.kill(os.getpid(), signal.SIGKILL)
-            raise RuntimeError(f"boom on purpose at step {step}")
+            if a.exit:
+                sys.exit(a.exit)
+            if a.hang:
+                stuck_in_user_code(a.hang)
+            else:
+                raise RuntimeError(f"boom on purpose at step {step}")
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()

@@ -14,7 +14,7 @@ from helpers import TOY, wait_for_step
 import hpinteract as hpi
 from hpinteract.client.history import read_records
 from hpinteract.protocol.connection import ConnectionInfo
-from hpinteract.trainer.restart import is_peer_loss
+from hpinteract.protocol.failures import is_peer_loss
 from hpinteract.trainer.sigterm import MESSAGE
 
 
