@@ -38,14 +38,16 @@ class JobError:
     step: int | None = None  # the step the rank was in
     kind: str | None = None
     consequences: tuple[dict[str, Any], ...] = ()
+    exception: str | None = None  # the exception's type, for kind "exception"
 
     @classmethod
     def from_record(cls, err: dict[str, Any]) -> JobError:
         """From the error the supervisor recorded (protocol/failures.py's ``cause``)."""
         return cls(err.get("rank"), str(err.get("message", "")), err.get("exitcode"),
                    err.get("traceback"), err.get("signal"), err.get("step"), err.get("kind"),
-                   tuple(c for c in err.get("consequences") or () if isinstance(c, dict)))
+                   tuple(c for c in err.get("consequences") or () if isinstance(c, dict)),
+                   err.get("type"))
 
     def __str__(self) -> str:
-        return summary({"rank": self.rank, "message": self.message, "exitcode": self.exitcode,
-                        "signal": self.signal, "consequences": self.consequences})
+        return summary({"rank": self.rank, "message": self.message, "kind": self.kind,
+                        "type": self.exception, "consequences": self.consequences})

@@ -167,7 +167,10 @@ def cause(failures: dict[int, dict[str, Any]], step: int | None = None,
         root["oom_kill"] = True
         root["message"] += ("; the kernel's OOM killer ran in this job's cgroup meanwhile "
                             "(memory.events)")
-    if root["kind"] in ("signal", "exit") and root.get("step") is not None:
+    if root["kind"] == "stopped":  # the first to be stopped: not torchrun's doing
+        root["message"] = ("received SIGTERM before any rank failed (from outside the job: a "
+                           "preemption, scancel, kill)")
+    if root["kind"] in ("signal", "exit", "stopped") and root.get("step") is not None:
         root["message"] += f" during step {root['step']}"
     if root["kind"] == "hang":  # every rank that did not reach the step, with its frame
         hung = [r for r in sorted(failures) if failures[r]["kind"] == "hang"]
@@ -193,11 +196,13 @@ def cause(failures: dict[int, dict[str, Any]], step: int | None = None,
 def summary(error: dict[str, Any]) -> str:
     """One line for a person: ``rank 1 failed: killed by SIGKILL (signal 9) during step 31;
     then rank 0 lost its peer``."""
-    rank = error.get("rank")
+    rank, message = error.get("rank"), str(error.get("message", ""))
+    if error.get("kind") == "exception" and error.get("type"):
+        message = f"{error['type']}: {message}"
     where = f"rank {rank}" if rank is not None else "the job"
     after = [f"rank {c.get('rank')} {_AFTER.get(str(c.get('kind')), 'failed too')}"
              for c in error.get("consequences") or () if isinstance(c, dict)]
-    return f"{where} failed: {error.get('message', '')}" + (
+    return f"{where} failed: {message}" + (
         f"; then {', '.join(after)}" if after else "")
 
 

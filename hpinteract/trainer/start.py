@@ -7,13 +7,16 @@ logs of a resumed or restarted job here, before its coordinator opens them.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol.failures import write_rank_failure
 from ..protocol.hparams import HParam
 from ..protocol.rundir import RunDir, read_json
-from .distributed import control_group, ensure_process_group
+from .distributed import Topology, control_group, ensure_process_group
 from .replay import ReplaySchedule
 from .restart import attempt
 from .resume import history_to_redo, load_resume, rewind_logs
@@ -52,7 +55,22 @@ def init(
     # On several nodes each has its own (its launcher's): rank 0's may be on another machine.
     own = os.environ.get("HPINTERACT_RUN_DIR")
     run_dir = RunDir(own if own and topo.rank != 0 else first[0]["run_dir"])
-    ip = os.environ.get("HPINTERACT_IP") or ip
+    try:
+        return _make_run(topo, group, sync, run_dir, hparams, specs,
+                         os.environ.get("HPINTERACT_IP") or ip, policies)
+    except Exception as exc:
+        # Before the Run's exception hook exists: this rank's own account of the failure
+        # (a bad launch override, a checkpoint that will not load), so that the cause is
+        # named even when the process then dies tearing gloo down (protocol/failures.py).
+        with contextlib.suppress(OSError):
+            write_rank_failure(run_dir, attempt(), topo.rank, 0, type(exc).__name__,
+                               str(exc), traceback.format_exc())
+        raise
+
+
+def _make_run(topo: Topology, group: Any, sync: StepSync, run_dir: RunDir,
+              hparams: Mapping[str, Any] | None, specs: Mapping[str, HParam] | None, ip: str,
+              policies: list[Any] | None) -> Run:
     job = read_json(run_dir.job_file) or {}
     resume = load_resume(run_dir, job)
     # The launch's overrides are in a restarted job's own checkpoint already, and later

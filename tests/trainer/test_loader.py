@@ -1,5 +1,6 @@
 """HpLoader on one process, with the ranks simulated: the epoch semantics of a live batch."""
 
+import contextlib
 from collections import Counter
 from types import SimpleNamespace
 
@@ -33,7 +34,8 @@ def fake_run(rank, world, batch, start=None):
     store = HParamStore(build_specs({"batch_size": batch}))
     return SimpleNamespace(rank=rank, world_size=world, epoch=0, should_stop=False,
                            store=store, hp=store.view, _batch_started=lambda where=None: None,
-                           _loader_start=lambda size: start)
+                           _loader_start=lambda size: start,
+                           _watch=SimpleNamespace(between_steps=contextlib.nullcontext))
 
 
 def epoch_of(loader, run, change_at=None, new_batch=None):

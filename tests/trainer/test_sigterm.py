@@ -79,11 +79,13 @@ def test_a_sigtermed_job_writes_every_step_and_its_own_end():
     os.kill(rank0, signal.SIGTERM)
     assert job.wait(60).value == "failed"
     ev = job.events()
-    # Rank 0 recorded its end itself, before the supervisor's record of the job's end.
+    # Rank 0 recorded its end itself (not as the cause: only the supervisor knows that),
+    # before the supervisor's record of the job's end.
     ends = ev[ev.kind == "state"].tail(2)
-    assert list(zip(ends.state, ends.source, strict=True)) == [("failed", "job"),
+    assert list(zip(ends.state, ends.source, strict=True)) == [("failing", "job"),
                                                               ("failed", "supervisor")]
-    assert job.error is not None and "stopped by SIGTERM" in job.logs()
+    assert (job.error.rank, job.error.kind) == (0, "stopped")
+    assert "stopped by SIGTERM" in job.logs()
     steps = [m["step"] for m in read_records(job.run_dir.metrics_log) if not m.get("eval")]
     assert steps == list(range(len(steps))) and len(steps) >= 16
     # Every step rank 0 published is on disk: the status it last posted names no later one.
