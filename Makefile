@@ -68,6 +68,7 @@ bench: setup
 	$(PY) benchmarks/resize.py
 	$(PY) benchmarks/sync.py
 	$(PY) benchmarks/frameworks.py
+	$(PY) benchmarks/faults.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache hpinteract/labextension \
