@@ -265,8 +265,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--replay", metavar="ID",
                    help="run this job again with its recorded changes (SCRIPT optional)")
     p.add_argument("--job-id", metavar="ID", help="the new job's id (default: a fresh one)")
-    p.add_argument("--nnodes", type=int, metavar="N",
-                   help="this node's part of a job on N nodes (the same call on each)")
+    p.add_argument("--nnodes", metavar="N|MIN:MAX",
+                   help="this node's part of a job on N nodes (the same call on each); "
+                        "MIN:MAX: elastic, a lost node leaves the others going on")
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
                    help="where the nodes meet (torchrun's c10d rendezvous)")
     p.add_argument("--ip", metavar="ADDR",

@@ -114,7 +114,7 @@ def rank_applies(run_dir: RunDir) -> dict[int, list[dict[str, Any]]]:
 def log_paths(run_dir: RunDir, rank: int | None) -> list[Path]:
     """The supervisor's combined log (rank None), or torchrun's per-rank stdout and stderr
     of every attempt."""
-    if rank is None:
-        return [run_dir.supervisor_log]
+    if rank is None:  # on several nodes sharing the directory, each node's supervisor's
+        return [run_dir.supervisor_log, *sorted(run_dir.logs_dir.glob("supervisor-*.log"))]
     return [p for name in ("stdout.log", "stderr.log")
             for p in sorted(run_dir.logs_dir.glob(f"torchrun/**/attempt_*/{rank}/{name}"))]

@@ -25,6 +25,7 @@ from . import history
 from .answers import Ack, JobError
 from .channel import Channel, Stamp
 from .liveness import job_alive, supervisor_running
+from .nodes import node_records
 from .policies import ClientPolicies
 from .stream import stream_records
 
@@ -57,12 +58,17 @@ class Job:
         st = self._status_file()
         state = JobState(st["state"]) if st.get("state") in JobState._value2member_map_ \
             else JobState.STARTING
-        if not state.terminal and not job_alive(lambda: self.spec, self._proc, st):
+        if not state.terminal and not job_alive(lambda: self.spec, self._proc, st,
+                                                self._nodes):
             return JobState.FAILED
         return state
 
     def _supervisor_running(self) -> bool | None:
-        return supervisor_running(lambda: self.spec, self._proc)
+        return supervisor_running(lambda: self.spec, self._proc, self._nodes)
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        """The nodes sharing this run directory (a job on several nodes), if any."""
+        return node_records(self.run_dir) if self.run_dir.nodes_dir.is_dir() else []
 
     @property
     def error(self) -> JobError | None:

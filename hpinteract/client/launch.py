@@ -8,7 +8,6 @@ closing the notebook does not kill the job.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import shutil
 import socket
@@ -23,6 +22,7 @@ from ..protocol import settings
 from ..protocol.errors import ConfigError, InvalidHParam
 from ..protocol.hparams import _kind_of
 from ..protocol.rundir import (
+    NODE_ENV,
     RunDir,
     atomic_write_json,
     find_run_dir,
@@ -30,6 +30,7 @@ from ..protocol.rundir import (
 )
 from .job import Job
 from .lineage import FUNCTION_FILE, copy_into, fork_point, replay_plan, resume_target
+from .nodes import new_node_name, node_run_dir, nodes_spec, record_node
 
 
 def _write_function(run_dir: RunDir, fn: Callable[..., Any], init: Mapping[str, Any]) -> str:
@@ -68,7 +69,7 @@ def launch(
     resume: str | os.PathLike[str] | None = None,
     replay: str | os.PathLike[str] | Job | None = None,
     max_restarts: int | None = None,
-    nnodes: int | None = None,
+    nnodes: int | str | None = None,
     rdzv_endpoint: str | None = None,
     ip: str | None = None,
 ) -> Job:
@@ -94,22 +95,26 @@ def launch(
     with the hyper-parameters and change history in force then, and the events log records
     the restart, its cause and the steps lost.
 
-    ``nnodes`` > 1: this machine's part of a job on several nodes, which meet through
-    torchrun's c10d rendezvous at ``rdzv_endpoint`` (``host:port``, on one of them). Make
-    the same call, with the same ``job_id``, on every node (``nproc`` ranks each); each has
-    its own run directory (ranks' logs; the metrics and events logs on rank 0's node) and
-    a client attaches through any of them. ``ip``: the address rank 0's coordinator binds
-    (default 127.0.0.1, this machine only; ``0.0.0.0`` for clients on other machines, then
-    encrypted with CurveZMQ and announced by host name).
+    ``nnodes`` > 1 (or torchrun's elastic ``"MIN:MAX"``): this machine's part of a job on
+    several nodes, which meet through torchrun's c10d rendezvous at ``rdzv_endpoint``
+    (``host:port``, on one of them). Make the same call, with the same ``job_id``, on every
+    node (``nproc`` ranks each). Where the nodes share ``home`` (a network file system) they
+    share one run directory, and ``max_restarts`` and an elastic range work: a failure
+    restarts every node's ranks from the newest checkpoint, and with ``"MIN:MAX"`` a lost
+    node leaves the others going on with the same global batch. Where they do not, each
+    has its own run directory (ranks' logs; the metrics and events logs on rank 0's node),
+    a client attaches through any of them, and restarts are refused with the reason.
+    ``ip``: the address rank 0's coordinator binds (default 127.0.0.1, this machine only;
+    ``0.0.0.0`` for clients on other machines, then encrypted with CurveZMQ and announced
+    by host name).
     """
     root = Path(home).expanduser() if home is not None else None
     old: dict[str, Any] = {}
+    joined = False  # this node joined the run directory another node of the job made
     extra: dict[str, Any] = nodes_spec(nnodes, rdzv_endpoint, job_id, ip)
-    if extra.get("nnodes") and (max_restarts or resume is not None or replay is not None):
-        # Each rank finds its checkpoint in its own node's run directory, and only rank
-        # 0's node has them: the other nodes would start afresh, out of step.
-        raise ConfigError("restarts, resume= and replay= work on one node; a job on several "
-                          "nodes cannot use them yet")
+    if extra.get("nnodes") and (resume is not None or replay is not None):
+        raise ConfigError("resume= and replay= start a job on one node; a job on several "
+                          "nodes cannot use them yet (its restarts, max_restarts=, can)")
     overrides = _checked_overrides(hparams)
     source = None
     if resume is not None and replay is not None:
@@ -128,13 +133,16 @@ def launch(
         overrides = {**old.get("hparams", {}), **overrides}  # its launch values, then these
         extra = {**extra, "replay": replay_plan(source)}
         run_dir = RunDir.create(job_id, root)
+    elif extra.get("nnodes"):  # a node of a job on several: maybe one run directory for all
+        run_dir, joined = node_run_dir(str(job_id), root, extra)
+        extra["node"] = new_node_name()
     else:
         run_dir = RunDir.create(job_id, root)
     try:
         return _launch_spec(run_dir, old, extra, script, nproc, overrides, args, backend,
-                            env, root, cwd, init, max_restarts, source)
+                            env, root, cwd, init, max_restarts, source, joined)
     except BaseException:
-        if resume is None:  # nothing started: leave no empty job behind
+        if resume is None and not joined:  # nothing started: leave no empty job behind
             shutil.rmtree(run_dir.path, ignore_errors=True)
         raise
 
@@ -155,7 +163,7 @@ def fork(parent: Job, step: int, hparams: Mapping[str, Any] | None = None, *,
         extra = {"resume": {"checkpoint": str(checkpoint), "at": time.time()},
                  "parent": {"job_id": parent.id, "step": int(entry["step"]), "asked": step}}
         return _launch_spec(run_dir, parent.spec, extra, None, nproc, overrides, None, None,
-                            env, root, None, None, max_restarts, parent.run_dir)
+                            env, root, None, None, max_restarts, parent.run_dir, False)
     except BaseException:  # nothing started: leave no empty job behind
         shutil.rmtree(run_dir.path, ignore_errors=True)
         raise
@@ -167,6 +175,7 @@ def _launch_spec(
     overrides: dict[str, Any], args: Sequence[str] | None, backend: str | None,
     env: Mapping[str, str] | None, root: Path | None, cwd: str | os.PathLike[str] | None,
     init: Mapping[str, Any] | None, max_restarts: int | None, source: RunDir | None,
+    joined: bool,
 ) -> Job:
     """The new job's spec written into ``run_dir``, and the job started. ``old``: the spec
     of the job it comes from, whose values are the defaults; ``source``: the run directory
@@ -214,33 +223,7 @@ def _launch_spec(
         spec["function"] = function_file
     if "function" in spec:
         spec["cwd"] = str(Path(workdir).resolve())
-    return _start(run_dir, spec, env, root, spec["backend"], workdir)
-
-
-def nodes_spec(nnodes: int | None, rdzv_endpoint: str | None, job_id: str | None,
-               ip: str | None) -> dict[str, Any]:
-    """The spec's entries for a job on several nodes (and the coordinator's address)."""
-    out: dict[str, Any] = {}
-    if ip is not None:
-        try:
-            ipaddress.ip_address(ip)
-        except ValueError:
-            raise ConfigError(f"ip must be an IP address to bind, got {ip!r}") from None
-        out["ip"] = ip
-    n = 1 if nnodes is None else int(nnodes)
-    if n < 1:
-        raise ConfigError(f"nnodes must be at least 1, got {n}")
-    if n == 1:
-        if rdzv_endpoint is not None:
-            raise ConfigError("rdzv_endpoint is for a job on several nodes: give nnodes too")
-        return out
-    if not rdzv_endpoint or ":" not in rdzv_endpoint:
-        raise ConfigError(f"a job on {n} nodes needs rdzv_endpoint='host:port' (where the "
-                          "nodes meet), the same on every node")
-    if not job_id:
-        raise ConfigError(f"a job on {n} nodes needs job_id=..., the same on every node "
-                          "(its rendezvous id)")
-    return {**out, "nnodes": n, "rdzv_endpoint": rdzv_endpoint, "rdzv_id": job_id}
+    return _start(run_dir, spec, env, root, spec["backend"], workdir, joined)
 
 
 def _checked_overrides(hparams: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -254,10 +237,12 @@ def _checked_overrides(hparams: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,
-           root: Path | None, backend: str | None, workdir: Any) -> Job:
-    """Write the spec and start the supervisor (which runs torchrun) in its own session."""
+           root: Path | None, backend: str | None, workdir: Any, joined: bool) -> Job:
+    """Write the spec and start the supervisor (which runs torchrun) in its own session.
+    A node that ``joined`` another's run directory keeps that node's spec."""
     settings.check({**os.environ, **(env or {})})  # a typo is an error here, not a failed job
-    atomic_write_json(run_dir.job_file, spec)
+    if not joined:
+        atomic_write_json(run_dir.job_file, spec)
     if "resume" in spec:  # the ended job's state and address are not this run's
         with contextlib.suppress(FileNotFoundError):
             os.unlink(run_dir.connection)
@@ -271,11 +256,19 @@ def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,
         child_env["HPINTERACT_BACKEND"] = backend
     if spec.get("ip"):
         child_env["HPINTERACT_IP"] = str(spec["ip"])
-    with open(run_dir.supervisor_log, "ab") as out:
+    node = spec.get("node")
+    log = run_dir.supervisor_log
+    if node:
+        child_env[NODE_ENV] = str(node)
+        log = run_dir.logs_dir / f"supervisor-{node}.log"
+    with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "hpinteract.trainer.supervisor", str(run_dir.path)],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, cwd=str(workdir), env=child_env,
         )
-    atomic_write_json(run_dir.job_file, {**spec, "supervisor_pid": proc.pid})
+    if node:
+        record_node(run_dir, str(node), proc.pid)
+    if not joined:
+        atomic_write_json(run_dir.job_file, {**spec, "supervisor_pid": proc.pid})
     return Job(run_dir, proc)

@@ -36,20 +36,31 @@ def process_alive(spec: dict[str, Any], pid: Any) -> bool | None:
 
 
 def supervisor_running(spec_of: Callable[[], dict[str, Any]],
-                       process: subprocess.Popen[bytes] | None) -> bool | None:
+                       process: subprocess.Popen[bytes] | None,
+                       nodes_of: Callable[[], list[dict[str, Any]]] = list) -> bool | None:
     """``spec_of`` reads job.json: only when this process did not start the supervisor
-    (``Job.state`` asks on every request, and a launching client needs no file read)."""
+    (``Job.state`` asks on every request, and a launching client needs no file read).
+    ``nodes_of``: the nodes of a job on several that share the run directory; the job lives
+    while any node's supervisor does."""
+    if process is not None and process.poll() is None:  # polling also reaps it
+        return True
+    nodes = nodes_of()
+    if nodes:
+        alive = [process_alive({"hostname": n.get("host")}, n.get("supervisor_pid"))
+                 for n in nodes]
+        return True if True in alive else None if None in alive else False
     if process is not None:
-        return process.poll() is None  # polling also reaps it
+        return False
     spec = spec_of()
     return process_alive(spec, spec.get("supervisor_pid"))
 
 
 def job_alive(spec_of: Callable[[], dict[str, Any]], process: subprocess.Popen[bytes] | None,
-              state: dict[str, Any]) -> bool:
+              state: dict[str, Any],
+              nodes_of: Callable[[], list[dict[str, Any]]] = list) -> bool:
     """False only when it is known that none of the job's processes runs."""
     spec_of = functools.cache(spec_of)  # read job.json at most once, and only if needed
-    running = supervisor_running(spec_of, process)
+    running = supervisor_running(spec_of, process, nodes_of)
     if running is None:  # started by plain torchrun: rank 0's process is the job's life
         running = process_alive(spec_of(), state.get("pid"))
     return running is not False

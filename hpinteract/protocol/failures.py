@@ -81,26 +81,33 @@ def read_rank_failures(run_dir: RunDir, attempt: int) -> dict[int, dict[str, Any
 
 
 def write_seen(run_dir: RunDir, attempt: int, seen: dict[int, dict[str, Any]],
-               step: int | None, oom_killed: bool) -> None:
-    """What torchrun's agent saw of a failed attempt (the supervisor, before a restart)."""
+               step: int | None, oom_killed: bool, node: str | None = None) -> None:
+    """What torchrun's agent saw of a failed attempt (the supervisor, before a restart);
+    on several nodes sharing the run directory, each node's agent its own ranks."""
     where = failures_dir(run_dir, attempt)
     where.mkdir(parents=True, exist_ok=True, mode=0o700)
-    atomic_write_json(where / "torchrun.json", {
-        "attempt": attempt, "step": step, "oom_killed": oom_killed,
+    atomic_write_json(where / (f"torchrun-{node}.json" if node else "torchrun.json"), {
+        "attempt": attempt, "step": step, "oom_killed": oom_killed, "node": node,
         "failures": {str(r): f for r, f in seen.items()}})
 
 
 def attempt_cause(run_dir: RunDir, attempt: int) -> dict[str, Any] | None:
-    """The root cause of attempt ``attempt`` from every record of it, or None when nothing
-    of it was recorded (a job that did not fail, or a rank killed before it wrote)."""
-    seen_file = read_json(failures_dir(run_dir, attempt) / "torchrun.json") or {}
-    seen = {int(r): f for r, f in (seen_file.get("failures") or {}).items()
-            if isinstance(f, dict)}
+    """The root cause of attempt ``attempt`` from every record of it (every node's agent's
+    and every rank's), or None when nothing of it was recorded."""
+    seen: dict[int, dict[str, Any]] = {}
+    steps: list[int] = []
+    oom = False
+    for path in sorted(failures_dir(run_dir, attempt).glob("torchrun*.json")):
+        seen_file = read_json(path) or {}
+        seen.update({int(r): f for r, f in (seen_file.get("failures") or {}).items()
+                     if isinstance(f, dict)})
+        steps += [seen_file["step"]] if isinstance(seen_file.get("step"), int) else []
+        oom = oom or bool(seen_file.get("oom_killed"))
     own = read_rank_failures(run_dir, attempt)
     if not seen and not own:
         return None
     merged = {r: merge(r, seen.get(r), own.get(r)) for r in sorted(set(seen) | set(own))}
-    return cause(merged, seen_file.get("step"), bool(seen_file.get("oom_killed")))
+    return cause(merged, max(steps, default=None), oom)
 
 
 def attempts(run_dir: RunDir) -> list[int]:

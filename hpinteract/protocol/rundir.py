@@ -11,6 +11,8 @@ Runs in: every process. Layout of ``$HPINTERACT_HOME/jobs/<job_id>/`` (owner-onl
     ranks/<r>.jsonl   the changes each rank applied and at which step
     checkpoints/      step-<n>.pt files and index.json (trainer.checkpoint)
     logs/             torchrun's per-rank stdout/stderr and the supervisor's log
+    failures/         each attempt's failures: the ranks' own accounts, the agents' view
+    nodes/<node>.json each node of a job on several that share this directory
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobNotFound
+
+# This node's name, where several nodes of a job share one run directory (its record in
+# nodes/, its supervisor's log, its agent's logs): set by hpi.launch for its supervisor.
+NODE_ENV = "HPINTERACT_NODE"
 
 
 def home() -> Path:
@@ -99,6 +105,7 @@ class RunDir:
     checkpoints_dir = property(lambda self: self.path / "checkpoints")
     logs_dir = property(lambda self: self.path / "logs")
     supervisor_log = property(lambda self: self.path / "logs" / "supervisor.log")
+    nodes_dir = property(lambda self: self.path / "nodes")
 
     def rank_log(self, rank: int) -> Path:
         return self.path / "ranks" / f"{rank}.jsonl"

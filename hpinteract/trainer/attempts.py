@@ -13,10 +13,11 @@ the cause only when a rank recorded one itself, and the job's end is unaffected.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from ..protocol.failures import oom_kills, write_seen
-from ..protocol.rundir import RunDir
+from ..protocol.rundir import NODE_ENV, RunDir, read_json
 from .runlog import last_record
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,14 @@ class AttemptRecorder:
         return now is not None and self.oom_at_start is not None and now > self.oom_at_start
 
     def record(self, attempt: int, failures: dict[int, Any]) -> None:
+        node = os.environ.get(NODE_ENV)
+        if node:  # on several nodes the agents' counts differ: rank 0's is the job's
+            attempt = int((read_json(self.run_dir.path / "attempt.json") or {}).get(
+                "attempt", attempt))
         self.last_failed = attempt
         try:
             write_seen(self.run_dir, attempt, {int(r): seen_of(f) for r, f in failures.items()},
-                       job_step(self.run_dir), self.oom_killed())
+                       job_step(self.run_dir), self.oom_killed(), node)
         except OSError as exc:  # the restart must not fail for want of a record
             log.warning("hpinteract: could not record attempt %d's failures: %s", attempt, exc)
 

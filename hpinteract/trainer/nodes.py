@@ -1,7 +1,18 @@
-"""A job on several nodes: where rank 0's coordinator can be reached from every node.
+"""A job on several nodes: the job's attempt, whether the nodes share the run directory,
+and where rank 0's coordinator can be reached from every node.
 
-Runs in: every rank's training thread, once, in ``hpi.init`` (after rank 0's coordinator
-started); and rank 0's coordinator (``advertised``).
+Runs in: every rank's training thread, once, in ``hpi.init`` (``nodes_start`` on rank 0
+and ``join_nodes`` on every rank, in its first exchange; ``share_connection`` after rank
+0's coordinator started); and rank 0's coordinator (``advertised``).
+
+torchrun counts restarts per agent (``TORCHELASTIC_RESTART_COUNT``), and the agents of one
+job disagree: an agent that restarts because another node failed or joined may not count
+it. So on several nodes rank 0 numbers the job's attempts itself, in the run directory,
+and tells every rank (restart.py's ``attempt``): which checkpoint to resume from, where
+the failure records go. Restarts and an elastic node range need every rank to read the
+same checkpoints, so the nodes must share the run directory; rank 0 writes a token there
+and every rank looks for it in its own, and a job that would need it refuses to start
+without it, saying why.
 
 torchrun's c10d rendezvous decides which node's agent holds global rank 0 (its sorted
 order of the agents), so a launcher cannot know in advance where the coordinator will
@@ -16,10 +27,17 @@ docs/RELIABILITY.md).
 from __future__ import annotations
 
 import os
+import secrets
 import socket
+import time
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
+from ..protocol.errors import ConfigError
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
+from .restart import set_job_attempt
 from .sync import StepSync
 
 ANY = ("0.0.0.0", "::")  # noqa: S104 (names to recognise, not to bind)
@@ -28,6 +46,44 @@ ANY = ("0.0.0.0", "::")  # noqa: S104 (names to recognise, not to bind)
 def node_count() -> int:
     """The number of torchrun agents (nodes) of this job, from torchrun's environment."""
     return int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
+
+
+def nodes_start(run_dir: RunDir) -> dict[str, Any]:
+    """Rank 0, on several nodes: this attempt's number (counted in the run directory, per
+    launch) and the token the other nodes look for in theirs."""
+    if node_count() <= 1:
+        return {}
+    job = read_json(run_dir.job_file) or {}
+    launch = int(job.get("resumes", 0))  # a resume= starts counting again, as torchrun does
+    prev = read_json(run_dir.path / "attempt.json") or {}
+    number = int(prev.get("attempt", -1)) + 1 if prev.get("launch") == launch else 0
+    atomic_write_json(run_dir.path / "attempt.json",
+                      {"launch": launch, "attempt": number, "started": time.time()})
+    token = secrets.token_hex(8)
+    atomic_write_json(run_dir.path / "nodes-check.json", {"token": token})
+    return {"attempt": number, "token": token, "nnodes": str(job.get("nnodes", node_count()))}
+
+
+def join_nodes(first: dict[str, Any], own: str | None, group: Any) -> bool:
+    """Every rank, on several nodes: the job's attempt in force, and whether every node
+    shares rank 0's run directory (a collective: the same answer on every rank)."""
+    if "token" not in first:
+        return False
+    set_job_attempt(int(first["attempt"]))
+    mine = read_json(RunDir(own).path / "nodes-check.json") if own else None
+    here = torch.tensor([int(mine is not None and mine.get("token") == first["token"])])
+    dist.all_reduce(here, op=dist.ReduceOp.MIN, group=group)
+    shared = bool(here.item())
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    elastic = ":" in str(first.get("nnodes", ""))
+    if not shared and (restarts or elastic):
+        why = f"max_restarts={restarts}" if restarts else f"nnodes={first['nnodes']}"
+        raise ConfigError(
+            f"a job on several nodes with {why} needs one run directory that every node "
+            "shares, so that every rank reads the same checkpoints: launch each node with "
+            "the same HPINTERACT_HOME on shared storage (a network file system); here at "
+            "least one node has a run directory of its own")
+    return shared
 
 
 def advertised(ip: str) -> str:

@@ -21,8 +21,19 @@ from ..protocol.rundir import RunDir
 SUPERVISED_ENV = "HPINTERACT_SUPERVISED"
 
 
+_job_attempt: int | None = None  # on several nodes: rank 0's count (trainer/nodes.py)
+
+
+def set_job_attempt(number: int) -> None:
+    global _job_attempt
+    _job_attempt = number
+
+
 def attempt() -> int:
-    """How often torchrun has restarted this job's workers (0: the first attempt)."""
+    """How often this job's workers were restarted (0: the first attempt): torchrun's count
+    on one node; on several, rank 0's count of the job's attempts (the agents' differ)."""
+    if _job_attempt is not None:
+        return _job_attempt
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 

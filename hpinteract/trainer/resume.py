@@ -28,7 +28,7 @@ import torch
 
 from ..protocol.changes import to_redo
 from ..protocol.columns import ColumnWriter
-from ..protocol.rundir import RunDir, read_checkpoint_index
+from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from .checkpoint import load, unwrap
 from .resize import resized, restarted
 from .restart import attempt, previous_failure
@@ -183,8 +183,13 @@ def rewind_logs(run_dir: RunDir, resume: Resume | None,
         restarted()  # the resize's latency is counted from here (resize.done_event)
         event.update(kind="resize", status="restarted", source="resize",
                      **{"from": record.get("from"), "to": record.get("to")})
-    elif restarts:  # which restart, and why: the last attempt's error files
+    elif restarts:  # which restart, and why: the last attempt's failure records
         event.update(restart=restarts, **previous_failure(run_dir, restarts - 1))
+        before = (read_json(run_dir.state_file) or {}).get("world_size")
+        now = int(os.environ.get("WORLD_SIZE", "1"))
+        if isinstance(before, int) and before != now:  # a node was lost, or came back
+            event.update(world_size=now, previous_world_size=before,
+                         nodes=int(os.environ.get("GROUP_WORLD_SIZE", "1")))
     elif spec.get("parent") and not spec.get("resumes"):  # a fork's first start
         event.update(kind="fork", source="fork", parent=spec["parent"]["job_id"],
                      asked=spec["parent"].get("asked"))

@@ -17,6 +17,7 @@ from ..protocol.failures import write_rank_failure
 from ..protocol.hparams import HParam
 from ..protocol.rundir import RunDir, read_json
 from .distributed import Topology, control_group, ensure_process_group
+from .nodes import join_nodes, nodes_start
 from .replay import ReplaySchedule
 from .restart import attempt
 from .resume import history_to_redo, load_resume, rewind_logs
@@ -46,15 +47,20 @@ def init(
     topo = ensure_process_group(backend)
     group = control_group()
     sync = StepSync(group, topo.rank, budget=sync_budget, every=sync_every)
-    # The first exchange tells every rank where the run directory is.
+    # The first exchange tells every rank where the run directory is (and, on several
+    # nodes, the job's attempt and whether the nodes share that directory: nodes.py).
     run_dir = None
+    init_op: list[dict[str, Any]] | None = None
     if topo.rank == 0:
         env_dir = os.environ.get("HPINTERACT_RUN_DIR")
         run_dir = RunDir(env_dir) if env_dir else RunDir.create()
-    first = sync.exchange([{"op": "init", "run_dir": str(run_dir.path)}] if run_dir else None)
-    # On several nodes each has its own (its launcher's): rank 0's may be on another machine.
+        init_op = [{"op": "init", "run_dir": str(run_dir.path), **nodes_start(run_dir)}]
+    first = sync.exchange(init_op)[0]
+    # On several nodes each may have its own (its launcher's): rank 0's may be on another
+    # machine; where they share one, it is the same directory.
     own = os.environ.get("HPINTERACT_RUN_DIR")
-    run_dir = RunDir(own if own and topo.rank != 0 else first[0]["run_dir"])
+    shared = join_nodes(first, own, group)
+    run_dir = RunDir(own if own and topo.rank != 0 and not shared else first["run_dir"])
     try:
         return _make_run(topo, group, sync, run_dir, hparams, specs,
                          os.environ.get("HPINTERACT_IP") or ip, policies)

@@ -21,13 +21,15 @@ from torch.distributed.run import parse_args
 from torch.distributed.run import run as torchrun
 
 from ..protocol.failures import attempt_cause, attempts, cause, merge, read_rank_failures
-from ..protocol.rundir import RunDir, atomic_write_json, read_json
+from ..protocol.rundir import NODE_ENV, RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
 from .attempts import AttemptRecorder, job_step, seen_of
 from .resize import ENV as RESIZED_ENV
 from .resize import peek_record, relaunch_env, take_record
 from .restart import SUPERVISED_ENV
 from .runlog import RunLog, last_seq
+
+LAST_CALL_S = 5
 
 
 def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
@@ -37,13 +39,20 @@ def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
         "--redirects", "3", "--tee", "3",
         "--max-restarts", str(job.get("max_restarts", 0)),
     ]
-    nnodes = job.get("nnodes", 1)
-    if nnodes == 1 and not job.get("rdzv_endpoint"):
+    nnodes = str(job.get("nnodes", 1))
+    if nnodes == "1" and not job.get("rdzv_endpoint"):
         argv.append("--standalone")
     else:
-        argv += ["--nnodes", str(nnodes), "--rdzv-backend", "c10d",
+        argv += ["--nnodes", nnodes, "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", str(job["rdzv_endpoint"]),
                  "--rdzv-id", str(job.get("rdzv_id", run_dir.job_id))]
+        if ":" in nnodes:
+            # After a node is lost, the agents left wait this long for more to come before
+            # they go on without it (torchrun's default, 30 s, is a long pause for a job).
+            argv += ["--rdzv-conf", f"last_call_timeout={LAST_CALL_S}"]
+    node = os.environ.get(NODE_ENV)
+    if node:  # one run directory shared by the nodes: each agent's logs apart
+        argv[argv.index("--log-dir") + 1] = str(run_dir.logs_dir / "torchrun" / node)
     # The script and its arguments reach the bootstrap through job.json, not argv: torchrun's
     # parser would take a script option such as --n for an abbreviation of its own options.
     return [*argv, "-m", "hpinteract.trainer.bootstrap"]

@@ -6,12 +6,16 @@ rendezvous put it, and a change applies on all four ranks at the same step."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 
 import pytest
-from helpers import TOY, wait_for_step
+from helpers import TOY, job_pids, until, wait_for_step
 
 import hpinteract as hpi
+from hpinteract.client.history import read_records
+from hpinteract.client.nodes import node_records
 from hpinteract.protocol.errors import ConfigError
 
 N = 512  # 32 steps an epoch
@@ -63,7 +67,85 @@ def test_several_nodes_need_a_meeting_point_and_one_id(tmp_path):
         hpi.launch(TOY, rdzv_endpoint="127.0.0.1:29400", home=tmp_path)
     with pytest.raises(ConfigError, match="a job on several nodes cannot use them yet"):
         hpi.launch(TOY, nnodes=2, rdzv_endpoint="127.0.0.1:29400", job_id="x",
-                   max_restarts=1, home=tmp_path)
+                   resume="latest", home=tmp_path)
+    with pytest.raises(ConfigError, match="nnodes must be N or MIN:MAX"):
+        hpi.launch(TOY, nnodes="two", rdzv_endpoint="127.0.0.1:29400", job_id="x",
+                   home=tmp_path)
+    with pytest.raises(ConfigError, match="MIN <= MAX"):
+        hpi.launch(TOY, nnodes="3:2", rdzv_endpoint="127.0.0.1:29400", job_id="x",
+                   home=tmp_path)
     with pytest.raises(ConfigError, match="ip must be an IP address"):
         hpi.launch(TOY, ip="somewhere", home=tmp_path)
     assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
+
+
+def _listening(endpoint: str) -> bool:
+    host, port = endpoint.rsplit(":", 1)
+    with socket.socket() as s:
+        return s.connect_ex((host, int(port))) == 0
+
+
+def _nodes(home, endpoint: str, job_id: str, **kw) -> list[hpi.Job]:
+    """Two nodes of one job (one rank each) launched into one shared home. The first hosts
+    the rendezvous (torchrun's c10d store, as the node named in ``rdzv_endpoint`` does on a
+    cluster): the second is launched once it listens, so the second can be lost."""
+    nnodes = kw.pop("nnodes", 2)
+    first = hpi.launch(TOY, nproc=1, nnodes=nnodes, rdzv_endpoint=endpoint, job_id=job_id,
+                       home=home, **kw)
+    until(lambda: _listening(endpoint), timeout=60, what="the rendezvous store")
+    return [first, hpi.launch(TOY, nproc=1, nnodes=nnodes, rdzv_endpoint=endpoint,
+                              job_id=job_id, home=home, **kw)]
+
+
+def _steps(job: hpi.Job) -> list[int]:
+    return [m["step"] for m in read_records(job.run_dir.metrics_log) if not m.get("eval")]
+
+
+def test_nodes_sharing_a_home_restart_together_when_a_rank_dies(tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    jobs = _nodes(tmp_path, endpoint, "shared-restart", max_restarts=1,
+                  hparams={"sleep": 0.01, "checkpoint_every": 10},
+                  args=["--n", str(N), "--epochs", "2"])  # 64 steps of 16
+    assert jobs[0].run_dir.path == jobs[1].run_dir.path  # one run directory for both
+    assert len(list(jobs[0].run_dir.nodes_dir.glob("*.json"))) == 2
+    wait_for_step(jobs[0], 25, timeout=120)
+    [victim] = job_pids(jobs[0].run_dir.path, b"RANK=1")
+    os.kill(victim, signal.SIGKILL)
+    assert jobs[0].wait(240) == hpi.JobState.FINISHED, jobs[0].logs()[-3000:]
+    ev = jobs[0].events()
+    [restart] = ev[ev.kind == "restart"].to_dict("records")
+    assert (restart["failed_rank"], restart["signal"], restart["restart"]) == (1, "SIGKILL", 1)
+    assert restart["step"] == 20  # the newest checkpoint, which every rank read
+    assert _steps(jobs[0]) == list(range(64))  # each step once across the restart
+    assert jobs[1].state == hpi.JobState.FINISHED
+
+
+def test_a_lost_node_leaves_the_other_going_with_the_same_global_batch(tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    jobs = _nodes(tmp_path, endpoint, "elastic", nnodes="1:2", max_restarts=1,
+                  hparams={"sleep": 0.01, "checkpoint_every": 10},
+                  args=["--n", str(N), "--epochs", "2"])
+    wait_for_step(jobs[0], 25, timeout=120)
+    assert jobs[0].status()["world_size"] == 2
+    # The second node goes away whole: its supervisor, torchrun's agent and its rank.
+    [lost] = [n for n in node_records(jobs[0].run_dir)
+              if n["supervisor_pid"] == jobs[1]._proc.pid]
+    for pid in job_pids(jobs[0].run_dir.path, f"HPINTERACT_NODE={lost['node']}".encode()):
+        os.kill(pid, signal.SIGKILL)
+    assert jobs[0].wait(240) == hpi.JobState.FINISHED, jobs[0].logs()[-3000:]
+    ev = jobs[0].events()
+    [restart] = ev[ev.kind == "restart"].to_dict("records")
+    assert (restart["previous_world_size"], restart["world_size"]) == (2, 1)
+    assert _steps(jobs[0]) == list(range(64))
+    # The same global batch of 16 on one rank: the one left ran every sample of an epoch.
+    final = jobs[0].metrics()
+    assert set(final.batch_size.dropna()) == {16}
+
+
+def test_restarts_on_nodes_without_a_shared_home_are_refused_with_the_reason(tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    jobs = [hpi.launch(TOY, nproc=1, nnodes=2, rdzv_endpoint=endpoint, job_id="apart",
+                       home=tmp_path / f"node{k}", max_restarts=1) for k in (0, 1)]
+    for job in jobs:
+        assert job.wait(180) == hpi.JobState.FAILED
+        assert "needs one run directory that every node shares" in job.error.message
