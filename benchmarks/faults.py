@@ -149,8 +149,8 @@ def main() -> None:
         print(f"{r['scenario']:<26} told {r['told_s']:6.2f}s  restarted {r['restarted']!s:<5} "
               f"steps lost {r['steps_lost']:<3} records lost {r['records_lost']:<2} "
               f"{'ok' if r['ok'] else 'WRONG'}\n    blamed: {r['blamed'][:160]}", flush=True)
-    print(f"\n| scenario | told (s) | blamed | restarted | steps lost | records lost |\n"
-          f"|---|---|---|---|---|---|")
+    print("\n| scenario | told (s) | blamed | restarted | steps lost | records lost |\n"
+          "|---|---|---|---|---|---|")
     for r in rows:
         blamed = r["blamed"].split(";")[0]
         print(f"| {r['scenario']} | {r['told_s']:.2f} | {blamed[:90]} | "

@@ -51,8 +51,13 @@ def attempt_store(store: Any) -> Any:
     torchrun's agent keeps one TCP store across worker restarts, and gloo finds its peers
     by keys such as ``0/rank_1``: a restarted rank could read the address a dead worker of
     the previous attempt wrote there and fail with "connection refused". Every group made
-    from the default one inherits the prefix, the control group included.
+    from the default one inherits the prefix, the control group included. On several nodes
+    the agents' restart counts differ (a node that joins starts at 0), so there the
+    supervisor has torchrun give each rendezvous round a store of its own instead
+    (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``, supervisor.py), and no count is needed.
     """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return dist.PrefixStore("hpinteract/attempt", store)  # a new store every round
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or "0"
     return dist.PrefixStore(f"hpinteract/attempt_{attempt}", store)
 

@@ -130,6 +130,10 @@ def main(run_path: str) -> int:
     # supervisor killed before taking it; resume= reuses the run directory) is stale.
     take_record(run_dir)
     os.environ[SUPERVISED_ENV] = "1"  # torchrun hands it to the ranks
+    if "--standalone" not in torchrun_argv(job, run_dir):
+        # The agents' restart counts differ between nodes, so the ranks cannot key one
+        # shared store by them (distributed.attempt_store): a store per rendezvous round.
+        os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     recorder = AttemptRecorder(run_dir)
     recorder.install()
     try:

@@ -149,3 +149,27 @@ def test_restarts_on_nodes_without_a_shared_home_are_refused_with_the_reason(tmp
     for job in jobs:
         assert job.wait(180) == hpi.JobState.FAILED
         assert "needs one run directory that every node shares" in job.error.message
+
+
+def test_a_node_that_comes_back_joins_at_the_next_rendezvous(tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = {"max_restarts": 2, "hparams": {"sleep": 0.02, "checkpoint_every": 10},
+            "args": ["--n", str(N), "--epochs", "4"]}  # 128 steps of 16
+    jobs = _nodes(tmp_path, endpoint, "rejoin", nnodes="1:2", **args)
+    wait_for_step(jobs[0], 15, timeout=120)
+    [lost] = [n for n in node_records(jobs[0].run_dir)
+              if n["supervisor_pid"] == jobs[1]._proc.pid]
+    for pid in job_pids(jobs[0].run_dir.path, f"HPINTERACT_NODE={lost['node']}".encode()):
+        os.kill(pid, signal.SIGKILL)
+    until(lambda: jobs[0].status().get("world_size") == 1, timeout=120, what="one node")
+    wait_for_step(jobs[0], 45, timeout=120)
+    back = hpi.launch(TOY, nproc=1, nnodes="1:2", rdzv_endpoint=endpoint, job_id="rejoin",
+                      home=tmp_path, **args)
+    assert back.run_dir.path == jobs[0].run_dir.path
+    until(lambda: jobs[0].status().get("world_size") == 2, timeout=120, what="two again")
+    assert jobs[0].wait(240) == hpi.JobState.FINISHED, jobs[0].logs()[-3000:]
+    ev = jobs[0].events()
+    sizes = [(r["previous_world_size"], r["world_size"])
+             for r in ev[ev.kind == "restart"].to_dict("records")]
+    assert sizes == [(2, 1), (1, 2)]
+    assert _steps(jobs[0]) == list(range(128))
