@@ -1,13 +1,7 @@
 /** The server extension's JSON shapes (hpinteract/server/service.py and socket.py). */
 
 export type JobStateName =
-  | 'starting'
-  | 'running'
-  | 'paused'
-  | 'stopping'
-  | 'failing'
-  | 'finished'
-  | 'failed';
+  'starting' | 'running' | 'paused' | 'stopping' | 'failing' | 'finished' | 'failed';
 
 export const TERMINAL: ReadonlySet<string> = new Set(['finished', 'failed']);
 
