@@ -29,8 +29,15 @@ from ..protocol.rundir import (
     read_json,
 )
 from .job import Job
-from .lineage import FUNCTION_FILE, copy_into, fork_point, replay_plan, resume_target
-from .nodes import new_node_name, node_run_dir, nodes_spec, record_node
+from .lineage import (
+    FUNCTION_FILE,
+    copy_into,
+    fork_point,
+    replay_plan,
+    resume_target,
+    resumed_run_dir,
+)
+from .nodes import new_node_name, node_run_dir, nodes_spec, record_node, resume_node
 
 
 def _write_function(run_dir: RunDir, fn: Callable[..., Any], init: Mapping[str, Any]) -> str:
@@ -111,18 +118,23 @@ def launch(
     root = Path(home).expanduser() if home is not None else None
     old: dict[str, Any] = {}
     joined = False  # this node joined the run directory another node of the job made
-    extra: dict[str, Any] = nodes_spec(nnodes, rdzv_endpoint, job_id, ip)
-    if extra.get("nnodes") and (resume is not None or replay is not None):
-        raise ConfigError("resume= and replay= start a job on one node; a job on several "
-                          "nodes cannot use them yet (its restarts, max_restarts=, can)")
-    overrides = _checked_overrides(hparams)
-    source = None
+    if resume is not None and job_id is not None:
+        raise ConfigError("a resumed job keeps its id: give resume= or job_id=, not both")
     if resume is not None and replay is not None:
         raise ConfigError("resume= continues a job, replay= starts a new one: not both")
-    if resume is not None:
-        if job_id is not None:
-            raise ConfigError("a resumed job keeps its id: give resume= or job_id=, not both")
-        run_dir, checkpoint = resume_target(resume, root)
+    resumed = resumed_run_dir(resume, root) if resume is not None else None
+    extra: dict[str, Any] = nodes_spec(nnodes, rdzv_endpoint,
+                                       resumed.job_id if resumed else job_id, ip)
+    overrides = _checked_overrides(hparams)
+    source = None
+    if resumed is not None:
+        run_dir = resumed
+        if extra.get("nnodes"):  # every node makes this call: the first resumes, others join
+            joined = resume_node(run_dir, Job(run_dir).state, str(extra["rdzv_endpoint"]))
+        if joined:
+            checkpoint = Path((read_json(run_dir.job_file) or {})["resume"]["checkpoint"])
+        else:
+            run_dir, checkpoint = resume_target(resume, root)  # type: ignore[arg-type]
         old = read_json(run_dir.job_file) or {}
         extra = {**extra, "created": old.get("created"),
                  "resumes": int(old.get("resumes", 0)) + 1,
@@ -132,17 +144,17 @@ def launch(
         old = read_json(source.job_file) or {}
         overrides = {**old.get("hparams", {}), **overrides}  # its launch values, then these
         extra = {**extra, "replay": replay_plan(source)}
-        run_dir = RunDir.create(job_id, root)
-    elif extra.get("nnodes"):  # a node of a job on several: maybe one run directory for all
+    if resumed is None and extra.get("nnodes"):  # maybe one run directory for all nodes
         run_dir, joined = node_run_dir(str(job_id), root, extra)
-        extra["node"] = new_node_name()
-    else:
+    elif resumed is None:
         run_dir = RunDir.create(job_id, root)
+    if extra.get("nnodes"):
+        extra["node"] = new_node_name()
     try:
         return _launch_spec(run_dir, old, extra, script, nproc, overrides, args, backend,
                             env, root, cwd, init, max_restarts, source, joined)
     except BaseException:
-        if resume is None and not joined:  # nothing started: leave no empty job behind
+        if resumed is None and not joined:  # nothing started: leave no empty job behind
             shutil.rmtree(run_dir.path, ignore_errors=True)
         raise
 
@@ -243,7 +255,7 @@ def _start(run_dir: RunDir, spec: dict[str, Any], env: Mapping[str, str] | None,
     settings.check({**os.environ, **(env or {})})  # a typo is an error here, not a failed job
     if not joined:
         atomic_write_json(run_dir.job_file, spec)
-    if "resume" in spec:  # the ended job's state and address are not this run's
+    if "resume" in spec and not joined:  # the ended job's state and address are not this run's
         with contextlib.suppress(FileNotFoundError):
             os.unlink(run_dir.connection)
         atomic_write_json(run_dir.state_file, {"job_id": run_dir.job_id, "state": "starting",

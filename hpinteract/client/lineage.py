@@ -22,16 +22,23 @@ from .job import Job
 FUNCTION_FILE = "function.pkl"  # in the run directory: a cell's train(run), pickled
 
 
+def resumed_run_dir(what: str | os.PathLike[str], root: Path | None) -> RunDir:
+    """The run directory ``resume=`` names (a job id, ``"latest"``, a run directory or a
+    checkpoint file in one), whatever its state."""
+    p = Path(what).expanduser()
+    if p.is_file():  # a checkpoint file: checkpoints/step-<n>.pt inside a run directory
+        run_dir = RunDir(p.resolve().parent.parent)
+        if not run_dir.job_file.exists():
+            raise ConfigError(f"{p} is not in a job's checkpoints/ directory")
+        return run_dir
+    return find_run_dir(str(what), root)
+
+
 def resume_target(what: str | os.PathLike[str], root: Path | None) -> tuple[RunDir, Path]:
     """The run directory and checkpoint file ``resume=`` names; the job must have ended."""
     p = Path(what).expanduser()
-    checkpoint: Path | None
-    if p.is_file():  # a checkpoint file: checkpoints/step-<n>.pt inside a run directory
-        run_dir, checkpoint = RunDir(p.resolve().parent.parent), p.resolve()
-        if not run_dir.job_file.exists():
-            raise ConfigError(f"{p} is not in a job's checkpoints/ directory")
-    else:
-        run_dir, checkpoint = find_run_dir(str(what), root), None
+    run_dir = resumed_run_dir(what, root)
+    checkpoint = p.resolve() if p.is_file() else None
     state = Job(run_dir).state
     if not state.terminal:
         raise InvalidState(f"job {run_dir.job_id} is {state.value}: stop it (and wait for "

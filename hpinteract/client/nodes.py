@@ -9,6 +9,10 @@ per node (``nodes/<node>.json``: its host and supervisor). Where they do not, ea
 has a run directory of its own (trainer/nodes.py hands rank 0's connection file to the
 others), and what needs a shared one (restarts, an elastic node range) is refused by the
 job at start-up with the reason.
+
+``resume=`` and ``replay=`` work the same way: each node makes the call, the first to
+claim the ended job's resumption writes the new spec and the others join it
+(``resume_node``); a replay is a new job id, created by the first and joined by the others.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..protocol.errors import ConfigError
+from ..protocol.errors import ConfigError, InvalidState
 from ..protocol.rundir import RunDir, atomic_write_json, home, read_json
+from ..protocol.states import JobState
 
 _RANGE = re.compile(r"^(\d+)(?::(\d+))?$")
 
@@ -102,3 +107,50 @@ def record_node(run_dir: RunDir, node: str, supervisor_pid: int) -> None:
 def node_records(run_dir: RunDir) -> list[dict[str, Any]]:
     return [rec for p in sorted(run_dir.nodes_dir.glob("*.json"))
             if (rec := read_json(p)) is not None]
+
+
+def resume_node(run_dir: RunDir, state: JobState, endpoint: str, wait_s: float = 10.0
+                ) -> bool:
+    """Whether this node joins a resumption another node of the job began (True) or begins
+    it (False: the caller checks the job and writes the new spec).
+
+    The nodes make the same ``launch(resume=...)`` call at about the same time. The ended
+    state's time names the end being resumed: the first node to create the claim for it
+    (``O_EXCL``, atomic on a shared file system) resumes, the others wait for its spec.
+    A node that comes after the spec and the "starting" state were written joins them.
+    ``state``: the job's (Job.state, which tells a dead job from a running one)."""
+    spec = read_json(run_dir.job_file) or {}
+    if not state.terminal:
+        if spec.get("resume"):  # another node resumed it a moment ago: this one joins
+            return _same_endpoint(run_dir, spec, endpoint)
+        raise InvalidState(f"job {run_dir.job_id} is {state.value}: stop it (and wait for "
+                           "it to end) before resuming it")
+    recorded = read_json(run_dir.state_file) or {}
+    ended = float(recorded.get("updated") or run_dir.state_file.stat().st_mtime)
+    folder = run_dir.nodes_dir
+    folder.mkdir(exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(folder / f"resume-of-{ended:.6f}.claim",
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        deadline = time.monotonic() + wait_s  # the first node is writing its spec
+        while time.monotonic() < deadline:
+            spec = read_json(run_dir.job_file) or {}
+            if float((spec.get("resume") or {}).get("at", 0)) > ended:
+                return _same_endpoint(run_dir, spec, endpoint)
+            time.sleep(0.05)
+        raise ConfigError(f"another node claimed the resumption of job {run_dir.job_id} but "
+                          f"wrote no spec within {wait_s:g} s") from None
+    os.close(fd)
+    for old in folder.glob("*.json"):  # the ended launch's nodes: none of them runs now
+        old.unlink(missing_ok=True)
+    return False
+
+
+
+def _same_endpoint(run_dir: RunDir, spec: dict[str, Any], endpoint: str) -> bool:
+    if spec.get("rdzv_endpoint") != endpoint:
+        raise ConfigError(f"job {run_dir.job_id} is being resumed by another node at "
+                          f"rdzv_endpoint={spec.get('rdzv_endpoint')}; this node asked for "
+                          f"{endpoint}")
+    return True

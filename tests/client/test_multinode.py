@@ -17,6 +17,7 @@ import hpinteract as hpi
 from hpinteract.client.history import read_records
 from hpinteract.client.nodes import node_records
 from hpinteract.protocol.errors import ConfigError
+from hpinteract.protocol.rundir import read_json
 
 N = 512  # 32 steps an epoch
 
@@ -65,7 +66,7 @@ def test_several_nodes_need_a_meeting_point_and_one_id(tmp_path):
         hpi.launch(TOY, nnodes=2, rdzv_endpoint="127.0.0.1:29400", home=tmp_path)
     with pytest.raises(ConfigError, match="give nnodes too"):
         hpi.launch(TOY, rdzv_endpoint="127.0.0.1:29400", home=tmp_path)
-    with pytest.raises(ConfigError, match="a job on several nodes cannot use them yet"):
+    with pytest.raises(ConfigError, match="resume= or job_id="):
         hpi.launch(TOY, nnodes=2, rdzv_endpoint="127.0.0.1:29400", job_id="x",
                    resume="latest", home=tmp_path)
     with pytest.raises(ConfigError, match="nnodes must be N or MIN:MAX"):
@@ -173,3 +174,55 @@ def test_a_node_that_comes_back_joins_at_the_next_rendezvous(tmp_path):
              for r in ev[ev.kind == "restart"].to_dict("records")]
     assert sizes == [(2, 1), (1, 2)]
     assert _steps(jobs[0]) == list(range(128))
+
+
+def _both(home, endpoint: str, **kw) -> list[hpi.Job]:
+    """The same launch call on two nodes of a shared home, the second once the first's
+    rendezvous store listens (as ``_nodes`` does)."""
+    first = hpi.launch(nproc=1, nnodes=2, rdzv_endpoint=endpoint, home=home, **kw)
+    until(lambda: _listening(endpoint), timeout=60, what="the rendezvous store")
+    return [first, hpi.launch(nproc=1, nnodes=2, rdzv_endpoint=endpoint, home=home, **kw)]
+
+
+def test_nodes_resume_a_stopped_job_together_from_its_checkpoint(tmp_path):
+    jobs = _nodes(tmp_path, f"127.0.0.1:{free_port()}", "again",
+                  hparams={"sleep": 0.01, "checkpoint_every": 10},
+                  args=["--n", str(N), "--epochs", "2"])  # 64 steps of 16
+    wait_for_step(jobs[0], 12, timeout=120)
+    jobs[0].set(lr=0.02)
+    ack = jobs[0].checkpoint()
+    jobs[0].stop()
+    for job in jobs:
+        assert job.wait(120) == hpi.JobState.FINISHED, job.logs()[-3000:]
+    endpoint = f"127.0.0.1:{free_port()}"
+    again = _both(tmp_path, endpoint, resume="again")
+    with pytest.raises(ConfigError, match=f"resumed by another node at.*{endpoint}"):
+        hpi.launch(resume="again", home=tmp_path, nproc=1, nnodes=2,
+                   rdzv_endpoint="127.0.0.1:1")  # a third node, told another meeting point
+    assert {j.run_dir.path for j in again} == {jobs[0].run_dir.path}  # the same directory
+    assert again[0].wait(240) == hpi.JobState.FINISHED, again[0].logs()[-3000:]
+    assert again[1].wait(60) == hpi.JobState.FINISHED
+    assert read_json(again[0].run_dir.job_file)["resumes"] == 1
+    assert len(node_records(again[0].run_dir)) == 2  # this launch's two nodes, no others
+    assert _steps(again[0]) == list(range(64))  # each step once across the resumption
+    lrs = {m["step"]: m["lr"] for m in again[0].metrics().to_dict("records")}
+    assert lrs[ack.applied_at_step] == 0.02 and lrs[63] == 0.02  # the value in force
+
+
+def test_a_replay_on_two_nodes_is_one_new_job(tmp_path):
+    src = _nodes(tmp_path, f"127.0.0.1:{free_port()}", "src",
+                 hparams={"sleep": 0.005}, args=["--n", str(N), "--epochs", "1", "--seed", "0"])
+    wait_for_step(src[0], 5, timeout=120)
+    ack = src[0].set(lr=0.02)
+    for job in src:
+        assert job.wait(120) == hpi.JobState.FINISHED, job.logs()[-3000:]
+    copy = _both(tmp_path, f"127.0.0.1:{free_port()}", replay="src", job_id="copy")
+    assert copy[0].id == "copy" and copy[0].run_dir.path == copy[1].run_dir.path
+    assert copy[0].wait(240) == hpi.JobState.FINISHED, copy[0].logs()[-3000:]
+    ev = copy[0].events()
+    [change] = ev[ev.kind == "change"].to_dict("records")
+    assert (change["applied_at_step"], change["values"], change["source"]) == (
+        ack.applied_at_step, {"lr": 0.02}, "replay:api")
+    first = {m["step"]: m["loss"] for m in read_records(src[0].run_dir.metrics_log)}
+    second = {m["step"]: m["loss"] for m in read_records(copy[0].run_dir.metrics_log)}
+    assert second == first  # the same losses at the same steps, on two nodes again
