@@ -54,11 +54,12 @@ def proc_stat(path: str | Path) -> tuple[str, list[str]] | None:
     return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
 
 
-def job_pids(run_dir: Path, *also: bytes) -> list[int]:
+def job_pids(run_dir: Path | None, *also: bytes) -> list[int]:
     """Every process started for this run directory (they all carry it in their
     environment: the supervisor, torchrun's agent inside it, the ranks), or only those
-    whose environment also holds each of ``also`` (``b"RANK=1"``)."""
-    want = f"HPINTERACT_RUN_DIR={run_dir}".encode()
+    whose environment also holds each of ``also`` (``b"RANK=1"``). Without a run directory
+    (a user's own torchrun sets none), every process that holds each of ``also``."""
+    want = f"HPINTERACT_RUN_DIR={run_dir}".encode() if run_dir is not None else also[0]
     pids = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():

@@ -108,9 +108,12 @@ def launch(
     node (``nproc`` ranks each). Where the nodes share ``home`` (a network file system) they
     share one run directory, and ``max_restarts`` and an elastic range work: a failure
     restarts every node's ranks from the newest checkpoint, and with ``"MIN:MAX"`` a lost
-    node leaves the others going on with the same global batch. Where they do not, each
-    has its own run directory (ranks' logs; the metrics and events logs on rank 0's node),
-    a client attaches through any of them, and restarts are refused with the reason.
+    node leaves the others going on with the same global batch. ``resume=`` and
+    ``replay=`` are the same call on every node too (the first to arrive resumes, the
+    others join), and a resize starts ``workers / nnodes`` ranks on each. Where they do not
+    share it, each has its own run directory (ranks' logs; the metrics and events logs on
+    rank 0's node), a client attaches through any of them, and what needs a shared one
+    (restarts, an elastic range, a resize) is refused with the reason.
     ``ip``: the address rank 0's coordinator binds (default 127.0.0.1, this machine only;
     ``0.0.0.0`` for clients on other machines, then encrypted with CurveZMQ and announced
     by host name).

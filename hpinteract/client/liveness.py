@@ -61,6 +61,7 @@ def job_alive(spec_of: Callable[[], dict[str, Any]], process: subprocess.Popen[b
     """False only when it is known that none of the job's processes runs."""
     spec_of = functools.cache(spec_of)  # read job.json at most once, and only if needed
     running = supervisor_running(spec_of, process, nodes_of)
-    if running is None:  # started by plain torchrun: rank 0's process is the job's life
-        running = process_alive(spec_of(), state.get("pid"))
+    if running is None:  # started by a user's own torchrun: its agent is the job's life
+        # (it restarts the ranks), or rank 0's process where there is none.
+        running = process_alive(spec_of(), state.get("agent_pid") or state.get("pid"))
     return running is not False

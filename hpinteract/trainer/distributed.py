@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..protocol.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Topology:
@@ -58,6 +60,15 @@ def attempt_store(store: Any) -> Any:
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return dist.PrefixStore("hpinteract/attempt", store)  # a new store every round
+    restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    if restarts and int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1) > 1:
+        # A user's own torchrun (hpi.launch's supervisor sets the variable below). An agent
+        # counts a restart when its own ranks failed, not when it restarts because another
+        # node's did: the restarted ranks would wait for each other under two prefixes.
+        raise ConfigError(
+            f"a job on several nodes with torchrun's --max-restarts {restarts} needs a "
+            "store per rendezvous round: set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in every "
+            "node's environment before torchrun (hpi.launch and `hpinteract run` do)")
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or "0"
     return dist.PrefixStore(f"hpinteract/attempt_{attempt}", store)
 

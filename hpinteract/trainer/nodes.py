@@ -37,15 +37,22 @@ import torch.distributed as dist
 
 from ..protocol.errors import ConfigError
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
-from .restart import set_job_attempt
+from .restart import resized, set_job_attempt
 from .sync import StepSync
 
 ANY = ("0.0.0.0", "::")  # noqa: S104 (names to recognise, not to bind)
+
+_shared: bool = False  # every node shares rank 0's run directory (join_nodes)
 
 
 def node_count() -> int:
     """The number of torchrun agents (nodes) of this job, from torchrun's environment."""
     return int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1)
+
+
+def nodes_shared() -> bool:
+    """Whether this job's nodes share one run directory (False on one node)."""
+    return _shared
 
 
 def nodes_start(run_dir: RunDir) -> dict[str, Any]:
@@ -54,7 +61,8 @@ def nodes_start(run_dir: RunDir) -> dict[str, Any]:
     if node_count() <= 1:
         return {}
     job = read_json(run_dir.job_file) or {}
-    launch = int(job.get("resumes", 0))  # a resume= starts counting again, as torchrun does
+    # A resume= or a resize starts counting again, as a new torchrun does on one node.
+    launch = f"{job.get('resumes', 0)}/{(resized() or {}).get('boundary', '')}"
     prev = read_json(run_dir.path / "attempt.json") or {}
     number = int(prev.get("attempt", -1)) + 1 if prev.get("launch") == launch else 0
     atomic_write_json(run_dir.path / "attempt.json",
@@ -70,10 +78,14 @@ def join_nodes(first: dict[str, Any], own: str | None, group: Any) -> bool:
     if "token" not in first:
         return False
     set_job_attempt(int(first["attempt"]))
-    mine = read_json(RunDir(own).path / "nodes-check.json") if own else None
+    # Under a user's own torchrun no launcher made a run directory here: rank 0's path is
+    # this node's too where the nodes share the file system.
+    mine = read_json(RunDir(own or first["run_dir"]).path / "nodes-check.json")
     here = torch.tensor([int(mine is not None and mine.get("token") == first["token"])])
     dist.all_reduce(here, op=dist.ReduceOp.MIN, group=group)
     shared = bool(here.item())
+    global _shared
+    _shared = shared
     restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
     elastic = ":" in str(first.get("nnodes", ""))
     if not shared and (restarts or elastic):

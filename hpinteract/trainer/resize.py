@@ -21,7 +21,6 @@ agent's life. Either way the price is a restart of the workers, which is what th
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -31,12 +30,12 @@ from ..protocol.hparams import HParam
 from ..protocol.rundir import RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
 from .distributed import leave_together
+from .nodes import node_count, nodes_shared
 
 if TYPE_CHECKING:
     from .run import Run
 
 RECORD = "resize.json"  # in the run directory, from the leaving rank 0 to the supervisor
-ENV = "HPINTERACT_RESIZED"  # the record, as the supervisor passes it to the new ranks
 SOURCE = "job:resize"  # the source of the checkpoint a resize takes
 # Ranks on CPU are processes sharing the machine's cores: more of them than cores is slow
 # but legal, so the bound is a sanity limit; on GPUs it is one rank per device.
@@ -64,6 +63,11 @@ def workers_check(world: int, why_not: Callable[[], str | None]) -> Callable[
         reason = why_not()
         if reason:
             raise InvalidHParam(f"cannot resize this job: {reason}", field="workers")
+        nodes = node_count()  # each torchrun agent starts the same number of ranks
+        if int(changes["workers"]) % nodes:
+            raise InvalidHParam(f"cannot resize this job to {changes['workers']} ranks: it "
+                                f"runs on {nodes} nodes, each with the same number of "
+                                f"ranks: use a multiple of {nodes}", field="workers")
 
     return check
 
@@ -90,20 +94,42 @@ def take_record(run_dir: RunDir) -> dict[str, Any] | None:
     return record
 
 
+class Records:
+    """The supervisor's view of the resize record. On one node it takes the file (removes
+    it). Where the supervisors of several nodes share the run directory each must read the
+    same record, so none removes it: each remembers the records it took, and rank 0 writes
+    the next resize's over it (a record is known by its boundary's time and step)."""
+
+    def __init__(self, run_dir: RunDir, shared: bool) -> None:
+        self._run_dir, self._shared = run_dir, shared
+        self._seen: set[str] = set()
+        # A record no torchrun of this supervisor wrote (a resize whose end failed, or a
+        # supervisor killed before taking it; resume= reuses the run directory) is stale.
+        self.take()
+
+    def fresh(self) -> dict[str, Any] | None:
+        record = peek_record(self._run_dir)
+        if record is None or json.dumps(record, sort_keys=True) in self._seen:
+            return None
+        return record
+
+    def take(self) -> dict[str, Any] | None:
+        if not self._shared:
+            return take_record(self._run_dir)
+        record = self.fresh()
+        if record is not None:
+            self._seen.add(json.dumps(record, sort_keys=True))
+        return record
+
+
+def rdzv_id(job_id: str, record: dict[str, Any]) -> str:
+    """The rendezvous of the job after this resize: a new one, as the agents closed the
+    last (torchrun's c10d store, kept by the supervisor that hosts it, still holds it)."""
+    return f"{job_id}-resized-{record.get('step')}-{int(float(record.get('boundary', 0)))}"
+
+
 def relaunch_env(record: dict[str, Any]) -> str:
     return json.dumps({**record, "relaunched": time.time()})
-
-
-def resized() -> dict[str, Any] | None:
-    """In the ranks of a resized job: the record of the resize (None otherwise)."""
-    raw = os.environ.get(ENV)
-    if not raw:
-        return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def restarted() -> None:
@@ -142,8 +168,10 @@ def why_not_resizable(run: Run) -> str | None:
     if "nproc" not in spec:
         return ("it was not started by hpi.launch or `hpinteract run`: nothing would "
                 "start it again with another number of ranks")
-    if int(spec.get("nnodes") or 1) > 1:
-        return "it runs on several nodes, whose torchrun agents set their number of ranks"
+    if node_count() > 1 and not nodes_shared():
+        return ("its nodes do not share the run directory, so not every rank could read "
+                "the resize's checkpoint: launch each node with the same HPINTERACT_HOME "
+                "on shared storage")
     return None
 
 
@@ -152,7 +180,9 @@ def leave(run: Run, to: int, began: float, by: dict[str, Any]) -> None:
     writes the checkpoint first), tell the supervisor, and leave the script."""
     run._end.finish(JobState.STARTING, None, together=False)
     if run.rank == 0:
+        nodes = node_count()  # each node's supervisor starts its share of the new size
         write_record(run.run_dir, {"from": run.world_size, "to": to, "step": run.step_index,
+                                   "nodes": nodes, "nproc": to // nodes,
                                    "boundary": began, "left": time.time(), **by})
     leave_together(run._group, run.topology)
     raise SystemExit(0)  # through the script's loops: what follows them is not run

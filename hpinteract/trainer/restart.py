@@ -19,6 +19,8 @@ from ..protocol.rundir import RunDir
 # Set by the supervisor, which sees torchrun's exit statuses and records the job's end: a
 # rank under it never writes a terminal failure itself (ending.py).
 SUPERVISED_ENV = "HPINTERACT_SUPERVISED"
+# The record of a resize (resize.py), as the supervisor passes it to the relaunched ranks.
+RESIZED_ENV = "HPINTERACT_RESIZED"
 
 
 _job_attempt: int | None = None  # on several nodes: rank 0's count (trainer/nodes.py)
@@ -35,6 +37,18 @@ def attempt() -> int:
     if _job_attempt is not None:
         return _job_attempt
     return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def resized() -> dict[str, Any] | None:
+    """In the ranks of a resized job: the record of the resize (None otherwise)."""
+    raw = os.environ.get(RESIZED_ENV)
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def supervised() -> bool:

@@ -30,8 +30,8 @@ from ..protocol.changes import to_redo
 from ..protocol.columns import ColumnWriter
 from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from .checkpoint import load, unwrap
-from .resize import resized, restarted
-from .restart import attempt, previous_failure
+from .resize import restarted
+from .restart import attempt, previous_failure, resized
 
 SUPERSEDED = "metrics.superseded.jsonl"  # steps run after the checkpoint, set aside
 

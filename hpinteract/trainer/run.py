@@ -10,6 +10,7 @@ counter, and only at a sync point joins the one small collective of `sync`.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -35,8 +36,8 @@ from .nodes import node_count, share_connection
 from .rank_times import RankTimes
 from .record import step_record, user_metrics
 from .replay import ReplaySchedule
-from .resize import done_event, resized, why_not_resizable
-from .restart import attempt
+from .resize import done_event, why_not_resizable
+from .restart import attempt, resized
 from .resume import Resume, restore
 from .sync import StepSync
 from .watchdog import Watchdog
@@ -356,6 +357,9 @@ class Run:
             "watched": self._binding is not None,
             "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
             "restarts": attempt(),
+            # Under torchrun, its agent outlives a restart of the ranks: a client watches it
+            # (client/liveness.py), not rank 0's process, where no supervisor is.
+            "agent_pid": os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None,
             "framework": self.driven.name if self.driven is not None else None,
             # How soon a change can apply: the coordinator lets requests wait for each other
             # for a share of it (requests.REQUEST_GATE_SHARE).

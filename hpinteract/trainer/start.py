@@ -18,6 +18,7 @@ from ..protocol.hparams import HParam
 from ..protocol.rundir import RunDir, read_json
 from .distributed import Topology, control_group, ensure_process_group
 from .nodes import join_nodes, nodes_start
+from .own_torchrun import record_agent, run_dir_for_rank0
 from .replay import ReplaySchedule
 from .restart import attempt
 from .resume import history_to_redo, load_resume, rewind_logs
@@ -51,10 +52,12 @@ def init(
     # nodes, the job's attempt and whether the nodes share that directory: nodes.py).
     run_dir = None
     init_op: list[dict[str, Any]] | None = None
+    env_dir = os.environ.get("HPINTERACT_RUN_DIR")
     if topo.rank == 0:
-        env_dir = os.environ.get("HPINTERACT_RUN_DIR")
-        run_dir = RunDir(env_dir) if env_dir else RunDir.create()
+        run_dir = RunDir(env_dir) if env_dir else run_dir_for_rank0()
         init_op = [{"op": "init", "run_dir": str(run_dir.path), **nodes_start(run_dir)}]
+    if not env_dir and topo.local_rank == 0:  # a user's own torchrun: see own_torchrun.py
+        record_agent()
     first = sync.exchange(init_op)[0]
     # On several nodes each may have its own (its launcher's): rank 0's may be on another
     # machine; where they share one, it is the same directory.

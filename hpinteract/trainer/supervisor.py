@@ -24,9 +24,8 @@ from ..protocol.failures import attempt_cause, attempts, cause, merge, read_rank
 from ..protocol.rundir import NODE_ENV, RunDir, atomic_write_json, read_json
 from ..protocol.states import JobState
 from .attempts import AttemptRecorder, job_step, seen_of
-from .resize import ENV as RESIZED_ENV
-from .resize import peek_record, relaunch_env, take_record
-from .restart import SUPERVISED_ENV
+from .resize import Records, rdzv_id, relaunch_env
+from .restart import RESIZED_ENV, SUPERVISED_ENV
 from .runlog import RunLog, last_seq
 
 LAST_CALL_S = 5
@@ -104,7 +103,8 @@ def died_by_a_signal(error: dict[str, Any], after: str, run_dir: RunDir) -> None
                                       f"{error['message']}"})
 
 
-def run_ranks(job: dict[str, Any], run_dir: RunDir, recorder: AttemptRecorder) -> None:
+def run_ranks(job: dict[str, Any], run_dir: RunDir, recorder: AttemptRecorder,
+              records: Records) -> None:
     """One torchrun, to its end. A rank killed by a signal after rank 0 recorded a resize
     had left: every rank had agreed on the new size at the boundary, and rank 0 writes the
     record only once the resize checkpoint is on disk. What killed it is torch and gloo's
@@ -115,9 +115,23 @@ def run_ranks(job: dict[str, Any], run_dir: RunDir, recorder: AttemptRecorder) -
         torchrun(parse_args(torchrun_argv(job, run_dir)))
     except ChildFailedError as exc:
         error = error_of(exc, run_dir, recorder)
-        if peek_record(run_dir) is None or (error.get("exitcode") or 0) >= 0:
+        if records.fresh() is None or (error.get("exitcode") or 0) >= 0:
             raise
         died_by_a_signal(error, "after leaving for a resize", run_dir)
+
+
+def relaunch(record: dict[str, Any], job: dict[str, Any], run_dir: RunDir) -> dict[str, Any]:
+    """The job's spec for torchrun after a resize, written where every reader sees it. On
+    several nodes each node's supervisor starts its share, at a new rendezvous; the nodes
+    write the same spec."""
+    # The file as it is now (the launcher added the supervisor's pid after we read it).
+    job = {**(read_json(run_dir.job_file) or job), "nproc": int(record.get("nproc",
+                                                                         record["to"]))}
+    if "--standalone" not in torchrun_argv(job, run_dir):
+        job["rdzv_id"] = rdzv_id(run_dir.job_id, record)
+    atomic_write_json(run_dir.job_file, job)  # spec, jobs() and restarts see it
+    os.environ[RESIZED_ENV] = relaunch_env(record)  # torchrun hands it to the ranks
+    return job
 
 
 def main(run_path: str) -> int:
@@ -126,9 +140,7 @@ def main(run_path: str) -> int:
     if job is None:
         print(f"no job.json in {run_path}", file=sys.stderr)
         return 2
-    # A record no torchrun of this supervisor wrote (a resize whose end failed, or a
-    # supervisor killed before taking it; resume= reuses the run directory) is stale.
-    take_record(run_dir)
+    records = Records(run_dir, shared=bool(os.environ.get(NODE_ENV)))
     os.environ[SUPERVISED_ENV] = "1"  # torchrun hands it to the ranks
     if "--standalone" not in torchrun_argv(job, run_dir):
         # The agents' restart counts differ between nodes, so the ranks cannot key one
@@ -137,14 +149,11 @@ def main(run_path: str) -> int:
     recorder = AttemptRecorder(run_dir)
     recorder.install()
     try:
-        run_ranks(job, run_dir, recorder)
+        run_ranks(job, run_dir, recorder, records)
         # A resize: the ranks checkpointed and left; the job goes on with the new number.
-        while (record := take_record(run_dir)) is not None:
-            # The file as it is now (the launcher added the supervisor's pid after we read it).
-            job = {**(read_json(run_dir.job_file) or job), "nproc": record["to"]}
-            atomic_write_json(run_dir.job_file, job)  # spec, jobs() and restarts see it
-            os.environ[RESIZED_ENV] = relaunch_env(record)  # torchrun hands it to the ranks
-            run_ranks(job, run_dir, recorder)
+        while (record := records.take()) is not None:
+            job = relaunch(record, job, run_dir)
+            run_ranks(job, run_dir, recorder, records)
     except ChildFailedError as exc:
         error = error_of(exc, run_dir, recorder)
         prev = read_json(run_dir.state_file) or {}

@@ -10,7 +10,7 @@ import pytest
 
 from hpinteract.protocol.errors import InvalidHParam
 from hpinteract.protocol.rundir import RunDir
-from hpinteract.trainer import resize
+from hpinteract.trainer import resize, restart
 
 
 def test_the_record_is_taken_once_and_a_malformed_one_is_no_resize(tmp_path):
@@ -41,13 +41,13 @@ def test_a_new_size_needs_a_resizable_job():
 def test_the_done_event_splits_the_latency_into_phases(monkeypatch):
     record = {"from": 1, "to": 2, "boundary": 100.0, "left": 100.5, "relaunched": 101.0,
               "id": "c1", "source": "api"}
-    monkeypatch.setenv(resize.ENV, json.dumps(record))
-    assert resize.resized() == record
+    monkeypatch.setenv(restart.RESIZED_ENV, json.dumps(record))
+    assert restart.resized() == record
     monkeypatch.setattr(resize, "_restarted_at", 103.0)
     monkeypatch.setattr(resize.time, "time", lambda: 104.5)
     ev = resize.done_event(record, step=40, world=2)
     assert (ev["checkpoint_s"], ev["restart_s"], ev["exit_s"], ev["first_step_s"],
             ev["total_s"]) == (0.5, 2.5, 0.5, 1.5, 4.5)
     assert (ev["from"], ev["to"], ev["step"], ev["id"]) == (1, 2, 40, "c1")
-    monkeypatch.setenv(resize.ENV, "not json")
-    assert resize.resized() is None
+    monkeypatch.setenv(restart.RESIZED_ENV, "not json")
+    assert restart.resized() is None

@@ -9,9 +9,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from hpinteract.client.history import read_records
 from hpinteract.protocol.rundir import RunDir, atomic_write_json, read_json
 from hpinteract.trainer import supervisor
-from hpinteract.trainer.resize import ENV as RESIZED_ENV
 from hpinteract.trainer.resize import RECORD
-from hpinteract.trainer.restart import SUPERVISED_ENV
+from hpinteract.trainer.restart import RESIZED_ENV, SUPERVISED_ENV
 from hpinteract.trainer.supervisor import error_of
 
 
