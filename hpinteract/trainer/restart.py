@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from ..protocol.failures import attempt_cause, cause, merge, summary
+from ..protocol.failures import attempt_cause, cause, failures_dir, merge, summary
 from ..protocol.rundir import RunDir
 
 # Set by the supervisor, which sees torchrun's exit statuses and records the job's end: a
@@ -87,3 +87,18 @@ def previous_failure(run_dir: RunDir, number: int) -> dict[str, Any]:
     return {"failed_rank": found["rank"], "error": summary(found), "failed_kind": found["kind"],
             "signal": found.get("signal"), "exitcode": found.get("exitcode"),
             "failed_step": found.get("step"), "consequences": found.get("consequences", [])}
+
+
+def lost_nodes(run_dir: RunDir, number: int, count: int) -> list[str]:
+    """Rank 0 of a job on several nodes that shrank: the ``count`` nodes lost in attempt
+    ``number``, where that can be told. Every node whose ranks failed has its agent's
+    record of the attempt (``torchrun-<node>.json``); a node that went away whole (the
+    machine, or its supervisor and agent too) has none. Named only when exactly
+    ``count`` nodes of the launch lack one (a node restarted without a failure of its
+    own writes none either)."""
+    recorded = {p.stem.removeprefix("torchrun-")
+                for p in failures_dir(run_dir, number).glob("torchrun-*.json")}
+    silent = sorted(p.stem for p in run_dir.nodes_dir.glob("*.json")) if \
+        run_dir.nodes_dir.is_dir() else []
+    silent = [n for n in silent if n not in recorded]
+    return silent if len(silent) == count else []

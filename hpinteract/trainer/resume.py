@@ -31,7 +31,7 @@ from ..protocol.columns import ColumnWriter
 from ..protocol.rundir import RunDir, read_checkpoint_index, read_json
 from .checkpoint import load, unwrap
 from .resize import restarted
-from .restart import attempt, previous_failure, resized
+from .restart import attempt, lost_nodes, previous_failure, resized
 
 SUPERSEDED = "metrics.superseded.jsonl"  # steps run after the checkpoint, set aside
 
@@ -190,6 +190,14 @@ def rewind_logs(run_dir: RunDir, resume: Resume | None,
         if isinstance(before, int) and before != now:  # a node was lost, or came back
             event.update(world_size=now, previous_world_size=before,
                          nodes=int(os.environ.get("GROUP_WORLD_SIZE", "1")))
+            per = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+            lost = lost_nodes(run_dir, restarts - 1, (before - now) // per) \
+                if now < before and event.get("failed_kind") == "lost_peer" else []
+            if lost:  # what the survivors saw was a consequence: name the node
+                event["lost_nodes"] = ", ".join(lost)
+                event["error"] = (f"node {event['lost_nodes']} was lost (no record from its "
+                                  "agent or ranks: the machine, or every process of it, went "
+                                  f"away); then {event['error']}")
     elif spec.get("parent") and not spec.get("resumes"):  # a fork's first start
         event.update(kind="fork", source="fork", parent=spec["parent"]["job_id"],
                      asked=spec["parent"].get("asked"))

@@ -141,6 +141,9 @@ def test_a_lost_node_leaves_the_other_going_with_the_same_global_batch(tmp_path)
     ev = jobs[0].events()
     [restart] = ev[ev.kind == "restart"].to_dict("records")
     assert (restart["previous_world_size"], restart["world_size"]) == (2, 1)
+    # Nothing of the lost node recorded how it ended: the node is named, no rank blamed.
+    assert restart["lost_nodes"] == lost["node"] and pd.isna(restart["failed_rank"])
+    assert restart["error"].startswith(f"node {lost['node']} was lost")
     assert _steps(jobs[0]) == list(range(64))
     # The same global batch of 16 on one rank: the one left ran every sample of an epoch.
     final = jobs[0].metrics()
