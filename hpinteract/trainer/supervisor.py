@@ -134,6 +134,34 @@ def relaunch(record: dict[str, Any], job: dict[str, Any], run_dir: RunDir) -> di
     return job
 
 
+def hold_rendezvous_store(job: dict[str, Any], run_dir: RunDir) -> Any:
+    """On the node that hosts the c10d rendezvous (its endpoint is this machine): its store
+    for the supervisor's whole life. torchrun's agent creates the store as a multi-tenant
+    server, which a later torchrun in this process (after a resize) would make again, and
+    frees it whenever its last reference goes; another node's agent that connected to it
+    in between would lose the connection. Holding one keeps the same server for every
+    torchrun of the job. None where another process (a node on this machine that came
+    first) hosts it, or on one node."""
+    if "--standalone" in torchrun_argv(job, run_dir):
+        return None
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous.utils import (
+        _matches_machine_hostname,
+        parse_rendezvous_endpoint,
+    )
+
+    host, port = parse_rendezvous_endpoint(str(job["rdzv_endpoint"]), default_port=29400)
+    if not _matches_machine_hostname(host):
+        return None
+    try:
+        return TCPStore(host, port, is_master=True, multi_tenant=True,
+                        timeout=timedelta(seconds=60), wait_for_workers=False)
+    except (RuntimeError, ValueError, TimeoutError):  # the port is another process's
+        return None
+
+
 def main(run_path: str) -> int:
     run_dir = RunDir(run_path)
     job = read_json(run_dir.job_file)
@@ -148,6 +176,7 @@ def main(run_path: str) -> int:
         os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     recorder = AttemptRecorder(run_dir)
     recorder.install()
+    store = hold_rendezvous_store(job, run_dir)  # noqa: F841 (held, never used)
     try:
         run_ranks(job, run_dir, recorder, records)
         # A resize: the ranks checkpointed and left; the job goes on with the new number.
