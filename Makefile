@@ -57,18 +57,7 @@ test: lint typecheck $(CHROMIUM)
 	$(VENV)/bin/pytest -q
 
 bench: setup
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/latency.py
-	$(PY) benchmarks/monitor_overhead.py
-	$(PY) benchmarks/monitor_floor.py
-	$(PY) benchmarks/gns_accuracy.py
-	$(PY) benchmarks/adaptive_batch.py
-	$(PY) benchmarks/dashboard_open.py
-	$(PY) benchmarks/load.py
-	$(PY) benchmarks/resize.py
-	$(PY) benchmarks/sync.py
-	$(PY) benchmarks/frameworks.py
-	$(PY) benchmarks/faults.py
+	$(PY) benchmarks/all.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache hpinteract/labextension \

@@ -173,6 +173,7 @@ def report(a: argparse.Namespace, task: Task, runs: Runs, results: Results) -> N
     final_small = median([x["final"] for x in results[runs[0][0]]])
     final_ad = median([x["final"] for x in results[adaptive]])
     print()
+    ok = False
     if not reached:
         print("no static batch size reached the target: ease --goal")
     elif t_ad is None:
@@ -192,6 +193,9 @@ def report(a: argparse.Namespace, task: Task, runs: Runs, results: Results) -> N
     write_svg(a.plot, a.goal, [(label, results[label][0]["curve"]) for label, _ in runs],
               task.metric, log=not task.higher)
     print(f"plot: {a.plot}")
+    if not ok:
+        sys.exit(f"adaptive_batch ({a.task}): the goal (>= {GOAL}x sooner than the best "
+                 "static batch, no worse at the end) is not met")
 
 
 def write_svg(path: Path, target: float, curves: list[tuple[str, list[tuple[float, float]]]],

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from hpinteract.client import bulk
 from hpinteract.notebook.dashboard import Dashboard
 from hpinteract.protocol.columns import ColumnWriter, read_columns
 from hpinteract.protocol.rundir import RunDir, atomic_write_json
+
+GOAL_S = 1.5  # "about a second" to open a long history, with some room
 
 
 def make_history(home: Path, steps: int) -> RunDir:
@@ -103,7 +106,10 @@ def main() -> None:
           f"({m['json'] / m['columns']:.0f}x); dashboard open {m['dashboard']:.2f} s "
           f"({m['dashboard'] / m['arrow']:.2f}x one arrow parse); zoom refine {m['zoom']:.3f} s")
     print(f"goal: a {a.steps:,}-step history opens in about a second: "
-          f"{m['dashboard']:.2f} s {'meets' if m['dashboard'] <= 1.5 else 'MISSES'} it")
+          f"{m['dashboard']:.2f} s {'meets' if m['dashboard'] <= GOAL_S else 'MISSES'} it "
+          f"(<= {GOAL_S} s)")
+    if m["dashboard"] > GOAL_S:
+        sys.exit(f"dashboard_open: {m['dashboard']:.2f} s misses the goal <= {GOAL_S} s")
 
 
 if __name__ == "__main__":

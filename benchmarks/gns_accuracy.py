@@ -60,6 +60,8 @@ def main() -> None:
               f"{e_mean:>14.1%}")
     print(f"\nworst final error {worst:.1%}; goal: within {GOAL:.0%} -> "
           f"{'met' if worst <= GOAL else 'NOT met'}")
+    if worst > GOAL:
+        sys.exit(f"gns_accuracy: worst final error {worst:.1%} misses the goal {GOAL:.0%}")
 
 
 if __name__ == "__main__":

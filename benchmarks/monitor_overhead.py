@@ -219,6 +219,8 @@ def report(a: argparse.Namespace, variants: list[str],
               f"(timings kept): {'; '.join(TEARDOWN_FAILURES)}")
     summary["teardown_failures"] = TEARDOWN_FAILURES
     (OUT / "monitor_overhead.json").write_text(json.dumps(summary, indent=1))
+    if ratio < GOAL:
+        sys.exit(f"monitor_overhead: {head}/{base} {ratio:.4f} misses the goal >= {GOAL}")
 
 
 if __name__ == "__main__":

@@ -270,6 +270,9 @@ def report(a: argparse.Namespace, variants: list[str],
               f"(timings kept): {'; '.join(TEARDOWN_FAILURES)}")
     summary["teardown_failures"] = TEARDOWN_FAILURES
     (OUT / "overhead.json").write_text(json.dumps(summary, indent=1))
+    missed = [v for v in others if summary["ratios"][v]["median"] < GOAL]
+    if missed:
+        sys.exit(f"overhead: {', '.join(missed)} below the goal {base} x {GOAL}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 """The package as a user installs it: the wheel carries the compiled JupyterLab extension
 and the config that enables the server extension (no Node.js needed to install it), and in
-this environment Jupyter lists both extensions enabled and OK."""
+this environment Jupyter lists both extensions enabled and OK. The wheel is built from a
+copy of the sources without the built extension, so the build compiles labextension/src
+(a TypeScript change that breaks the build fails here)."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -30,10 +34,36 @@ def test_jupyter_lists_both_extensions_enabled_and_ok():
     assert re.search(r"hpinteract 0\.1\.0 OK", server), server
 
 
-def test_the_wheel_carries_the_built_extension_and_the_server_config(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=600)
-    [wheel] = tmp_path.glob("hpinteract-*.whl")
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built from the files git knows (tracked, or new and not ignored): not
+    the extension built in this checkout (hpinteract/labextension, ignored), which the
+    build would otherwise keep (pyproject's skip-if-exists). The installed Node packages
+    are linked, not copied or fetched."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    assert not (src / "hpinteract" / "labextension").exists()
+    for installed in ("node_modules", ".yarn"):
+        (src / "labextension" / installed).symlink_to(ROOT / "labextension" / installed)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                        "--no-build-isolation", "-q", "-w", str(tmp), str(src)], env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    assert (src / "hpinteract" / "labextension" / "static" / "style.js").exists()
+    [built] = tmp.glob("hpinteract-*.whl")
+    return built
+
+
+@pytest.mark.timeout(900)  # the first user of the wheel builds it: the extension too
+def test_the_wheel_carries_the_built_extension_and_the_server_config(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     ext = DATA + "share/jupyter/labextensions/hpinteract/"
     assert {ext + "package.json", ext + "install.json", ext + "static/style.js"} <= names
@@ -65,16 +95,13 @@ NOTEBOOK = [
 
 
 @pytest.mark.timeout(900)  # a fresh venv's installs: minutes where pip's cache is cold
-def test_a_plain_pip_install_gives_the_whole_notebook_experience(tmp_path):
+def test_a_plain_pip_install_gives_the_whole_notebook_experience(tmp_path, wheel):
     """A fresh environment, ``pip install`` of the built wheel and nothing else but the
     notebook runner: the dashboard, the widgets and %hp work, and Jupyter's server finds
     the side panel's extension (its packages are dependencies, not extras to guess)."""
     import nbformat
     import torch
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=600)
-    [wheel] = tmp_path.glob("hpinteract-*.whl")
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"

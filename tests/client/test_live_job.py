@@ -25,7 +25,6 @@ from hpinteract.protocol.connection import ConnectionInfo
 from hpinteract.protocol.messages import make_message
 
 N, BATCH = 2048, 16  # 128 steps per epoch at the start
-ACKS: list[tuple[hpi.Ack, dict]] = []
 
 
 def observed(row: dict, name: str):
@@ -49,25 +48,33 @@ def test_set_is_acknowledged_with_a_step_and_reflected_in_hparams(job):
     assert ack.values == {"lr": 0.02, "dropout": 0.3}
     assert ack.applied_at_step > 0
     assert job.hparams["lr"] == 0.02 and job.hparams["dropout"] == 0.3
-    ACKS.append((ack, {"lr": 0.02, "dropout": 0.3}))
     assert job.applied_steps(ack.change_id) == {0: ack.applied_at_step, 1: ack.applied_at_step}
 
 
-def test_batch_size_change_mid_epoch_keeps_the_epoch(job):
-    steps_per_epoch = N // job.hparams["batch_size"]
+def change_batch_mid_epoch(job: hpi.Job, to: int) -> hpi.Ack:
+    """``batch_size=to`` applied in the first half of an epoch (not at its start), and that
+    epoch left to finish."""
+    before = job.hparams["batch_size"]
+    steps_per_epoch = N // before
     while True:  # aim at the first half of an epoch so the change lands mid-epoch
         step = wait_for_step(job, 0)
         if steps_per_epoch * 0.15 < step % steps_per_epoch < steps_per_epoch * 0.5:
             break
         time.sleep(0.01)
-    ack = job.set(batch_size=32)
+    ack = job.set(batch_size=to)
     while ack.applied_at_step % steps_per_epoch == 0:  # landed on an epoch boundary: again
-        job.set(batch_size=BATCH)
+        job.set(batch_size=before)
         wait_for_step(job, wait_for_step(job, 0) + 3 * steps_per_epoch // 2)
-        ack = job.set(batch_size=32)
-    ACKS.append((ack, {"batch_size": 32}))
-    assert job.hparams["batch_size"] == 32
-    wait_for_step(job, ack.applied_at_step + steps_per_epoch)  # let that epoch finish
+        ack = job.set(batch_size=to)
+    wait_for_step(job, ack.applied_at_step + N // min(before, to))  # that epoch finishes
+    return ack
+
+
+def test_batch_size_change_mid_epoch_keeps_the_epoch(job):
+    ack = change_batch_mid_epoch(job, 32 if job.hparams["batch_size"] != 32 else BATCH)
+    assert job.hparams["batch_size"] == ack.values["batch_size"]
+    assert job.applied_steps(ack.change_id) == {0: ack.applied_at_step, 1: ack.applied_at_step}
+    # (that every sample of its epoch was used once is checked on the traces, at the end)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +119,6 @@ def test_pause_holds_every_rank_and_resume_continues(job):
     assert job.status()["latest"]["step"] == held
     change = job.set(lr=0.03)  # applies at the paused boundary
     assert change.applied_at_step == ack.applied_at_step
-    ACKS.append((change, {"lr": 0.03}))
     job.resume()
     wait_for_step(job, held + 5)
     assert job.state == hpi.JobState.RUNNING
@@ -148,7 +154,6 @@ def test_metrics_history_is_one_row_per_step(job):
 
 def test_events_record_source_status_and_step(job):
     ack = job.set(lr=0.04, source="notebook-test")
-    ACKS.append((ack, {"lr": 0.04}))
     ev = job.events()
     row = ev[ev["id"] == ack.change_id].iloc[0]
     assert row["source"] == "notebook-test"
@@ -204,7 +209,6 @@ def test_forged_and_replayed_messages_are_rejected_and_never_applied(job):
     frames = good.pack(legit)
     reply = Codec(info.key_bytes).unpack(_raw_request(info, frames))[1].content
     assert reply["ok"] is True
-    ACKS.append((hpi.Ack(reply["change_id"], reply["applied_at_step"], {}), {"lr": 0.06}))
     job.set(lr=before)  # so the replay below would be visible if it applied
     reply = Codec(info.key_bytes).unpack(_raw_request(info, frames))[1].content
     assert reply["ok"] is False and "replayed" in reply["error"]["message"]
@@ -223,14 +227,12 @@ def test_one_job_shared_by_threads_neither_hangs_nor_mixes_replies(job):
         queries = [pool.submit(query, i) for i in range(3)]
         change = pool.submit(job.set, dropout=0.35)
         assert all(q.result(timeout=60) == [job.id] * 20 for q in queries)
-        ack = change.result(timeout=60)
-    ACKS.append((ack, {"dropout": 0.35}))
+        change.result(timeout=60)
     assert job.hparams["dropout"] == 0.35
 
 
 def test_a_change_longer_than_the_control_word_reaches_every_rank(job):
-    ack = job.set(note="x" * 3000)  # > 1 KiB: the second broadcast round
-    ACKS.append((ack, {"note": 3000}))
+    job.set(note="x" * 3000)  # > 1 KiB: the second broadcast round
     assert len(job.hparams["note"]) == 3000
 
 
@@ -249,8 +251,11 @@ def test_a_command_that_times_out_is_withdrawn_and_never_applies(job, monkeypatc
 
 
 def test_stop_ends_every_rank_at_one_step_and_every_change_applied_where_acked(job):
-    ack = job.set(lr=0.011)
-    ACKS.append((ack, {"lr": 0.011}))
+    """Read from the job's own events (whichever tests ran before): every change applied
+    is in force on both ranks from its step, not one step early; within the epoch of
+    every batch-size change each sample was used exactly once."""
+    change_batch_mid_epoch(job, 32 if job.hparams["batch_size"] != 32 else BATCH)
+    job.set(lr=0.011)
     pause = job.pause()
     stop = job.stop()  # while paused
     assert stop.applied_at_step == pause.applied_at_step
@@ -258,18 +263,27 @@ def test_stop_ends_every_rank_at_one_step_and_every_change_applied_where_acked(j
     t0, t1 = trace(job, 0), trace(job, 1)
     assert [r["step"] for r in t0] == [r["step"] for r in t1] == list(range(len(t0)))
     assert len(t0) == stop.applied_at_step  # the loop ended before that step, on both ranks
-    for change, values in ACKS:
-        s = change.applied_at_step
-        for t in (t0, t1):
-            for name, v in values.items():
+    ev = job.events()
+    applied = ev[(ev.kind == "change") & (ev.status == "applied")].to_dict("records")
+    traced = [(int(c["applied_at_step"]),
+               {n: (len(v) if n == "note" else v) for n, v in c["values"].items()
+                if n in ("lr", "batch_size", "dropout", "note")}) for c in applied]
+    traced = [(s, values) for s, values in traced if values]
+    assert len(traced) >= 2  # this test's own two at least
+    last: dict[str, object] = {}  # each name's value in force before the change
+    for s, values in traced:
+        for name, v in values.items():
+            for t in (t0, t1):
                 assert observed(t[s], name) == pytest.approx(v), (name, s)
-                if s > 0:  # and not one step early
+                if s > 0 and last.get(name) != v:  # and not one step early
                     assert observed(t[s - 1], name) != pytest.approx(v), (name, s)
-    # The batch-size change: within its epoch every sample was used exactly once.
-    bs_ack = next(a for a, v in ACKS if "batch_size" in v)
-    epoch = t0[bs_ack.applied_at_step]["epoch"]
-    seen = Counter(i for t in (t0, t1) for r in t if r["epoch"] == epoch for i in r["idx"])
-    sizes = {r["local_batch"] for r in t0 if r["epoch"] == epoch}
-    assert sizes == {8, 16}  # the change really was mid-epoch
-    assert set(seen.values()) == {1}
-    assert len(seen) == N
+            last[name] = v
+    for s, values in traced:
+        if "batch_size" in values:
+            epoch = t0[s]["epoch"]
+            seen = Counter(i for t in (t0, t1) for r in t if r["epoch"] == epoch
+                           for i in r["idx"])
+            # the change really was mid-epoch: two batch sizes in it
+            assert len({r["local_batch"] for r in t0 if r["epoch"] == epoch}) == 2
+            assert set(seen.values()) == {1}
+            assert len(seen) == N

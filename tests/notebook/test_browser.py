@@ -76,7 +76,7 @@ def served(tmp_path, hpi_home):
     # Epochs enough never to end on their own: the test stops the job (and so does the
     # fixture, should the test fail first).
     many = '\\"--epochs\\", \\"100000\\"'
-    nb.write_text(nb.read_text().replace('\\"--epochs\\", \\"12\\"', many))
+    nb.write_text(nb.read_text().replace('\\"--epochs\\", \\"500\\"', many))
     assert '\\"100000\\"' in nb.read_text()
     with jupyterlab(work, hpi_home, tmp_path / "lab.log") as (base, token):
         try:
@@ -140,15 +140,25 @@ def drag_lr_slider(page, job) -> None:
     while job.hparams["lr"] == 0.01 and time.monotonic() < deadline:
         time.sleep(0.2)
     lr = job.hparams["lr"]
-    assert lr > 0.01, lr
+    assert lr > 0.01, lr  # dragged to the right: up
+    # The value applied is the one the slider shows (its readout, 3 significant digits).
+    readout = row.locator(".widget-readout").first.inner_text()
+    assert float(readout) == pytest.approx(lr, rel=0.005), (readout, lr)
     page.wait_for_function("() => document.body.innerText.includes('(widget)')",
                            timeout=30_000)
+
+
+def launched_since(before: set[str]) -> hpi.Job:
+    """The one job the notebook launched (not whichever is newest in the home)."""
+    [new] = [j.id for j in hpi.jobs() if j.id not in before]
+    return hpi.attach(new)
 
 
 def assert_one_widget_change(job) -> None:
     ev = job.events()
     mine = ev[(ev.kind == "change") & (ev.source == "widget")]
     assert mine.status.tolist() == ["applied"], mine
+    assert mine["values"].tolist() == [{"lr": job.hparams["lr"]}]
 
 
 @contextlib.contextmanager
@@ -174,11 +184,12 @@ def chromium_page(name: str) -> Iterator[tuple[Any, list[str]]]:
 @pytest.mark.timeout(300)
 def test_notebook7_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
     base, token = served
+    before = {j.id for j in hpi.jobs()}
     with chromium_page("notebook7") as (page, errors):
         run_quickstart(page, f"{base}/notebooks/01_quickstart.ipynb?token={token}")
         assert "/notebooks/" in page.url  # Notebook 7's page, not JupyterLab's
         assert_points_grow(page)
-        job = hpi.attach("latest")
+        job = launched_since(before)
         drag_lr_slider(page, job)
         page.screenshot(path=str(OUTPUT / "notebook7-quickstart.png"), full_page=True)
         assert_one_widget_change(job)
@@ -201,10 +212,11 @@ def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(ser
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     base, token = served
+    before = {j.id for j in hpi.jobs()}
     with chromium_page("jupyterlab") as (page, errors):
         run_quickstart(page, f"{base}/lab/tree/01_quickstart.ipynb?token={token}")
         assert_points_grow(page)
-        job = hpi.attach("latest")
+        job = launched_since(before)
         drag_lr_slider(page, job)
         # Zooming in refines the view: the kernel decimates the visible window afresh,
         # so it holds points more densely than the whole-run view did. First let the

@@ -15,21 +15,28 @@ def test_history_then_live_without_duplicates_or_gaps():
     pub = Publisher(ctx, KEY)
     sub = Subscriber(ctx, f"tcp://127.0.0.1:{pub.port}", KEY)
     log = [{"seq": i, "step": i} for i in range(1, 51)]
+    served: list[int] = []  # what came from the log, not over the socket
 
     def fetch(since):
         page = [r for r in log if r["seq"] > since][:20]  # paged, as the coordinator does
-        return page, bool(page) and page[-1]["seq"] < log[-1]["seq"], 0
+        served.extend(r["seq"] for r in page)
+        more = bool(page) and page[-1]["seq"] < log[-1]["seq"]
+        if not more and len(log) == 50:
+            # The history is read: the job goes on, publishing 40..55 (overlapping the
+            # history) and logging 51..55; 53 is lost on the way.
+            for i in range(40, 56):
+                if i > 50:
+                    log.append({"seq": i, "step": i})
+                if i != 53:
+                    pub.publish([{"seq": i, "step": i}])
+        return page, more, 0
 
     time.sleep(0.3)  # let the subscription reach the publisher
-    for i in range(40, 56):  # overlaps the history (40..50) and goes beyond it
-        if i in (53,):  # a lost live message: must be filled from the log
-            log.append({"seq": i, "step": i})
-            continue
-        if i > 50:
-            log.append({"seq": i, "step": i})
-        pub.publish([{"seq": i, "step": i}])
     got = [r["seq"] for r in CatchUp(sub, fetch)(timeout_s=0.5)]
-    assert got == list(range(1, 56))
+    assert got == list(range(1, 56))  # each once, in order
+    # 1..50 from the history, 51 and 52 live (the overlap 40..50 dropped), 53 lost and
+    # filled from the log, with 54 and 55 in the same page (their live copies dropped).
+    assert served == [*range(1, 51), 53, 54, 55]
     sub.close()
     pub.close()
 
