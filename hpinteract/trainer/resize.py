@@ -55,7 +55,9 @@ def workers_spec(world: int, devices: int | None) -> HParam:
 def workers_check(world: int, why_not: Callable[[], str | None]) -> Callable[
         [dict[str, Any], Mapping[str, Any]], None]:
     """A store constraint: a new ``workers`` needs a job that can be restarted (launched by
-    ``hpi.launch`` on one node, its model watched); ``why_not()`` says what is missing."""
+    ``hpi.launch``, on one node or on nodes that share the run directory, its model
+    watched; on several nodes a multiple of their number); ``why_not()`` says what is
+    missing."""
 
     def check(changes: dict[str, Any], merged: Mapping[str, Any]) -> None:
         if "workers" not in changes or int(changes["workers"]) == world:
