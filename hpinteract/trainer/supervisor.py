@@ -31,6 +31,11 @@ from .runlog import RunLog, last_seq
 LAST_CALL_S = 5
 
 
+def standalone(job: dict[str, Any]) -> bool:
+    """One node with no rendezvous endpoint: torchrun's ``--standalone``."""
+    return str(job.get("nnodes", 1)) == "1" and not job.get("rdzv_endpoint")
+
+
 def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
     argv = [
         "--nproc-per-node", str(job.get("nproc", 1)),
@@ -39,7 +44,7 @@ def torchrun_argv(job: dict[str, Any], run_dir: RunDir) -> list[str]:
         "--max-restarts", str(job.get("max_restarts", 0)),
     ]
     nnodes = str(job.get("nnodes", 1))
-    if nnodes == "1" and not job.get("rdzv_endpoint"):
+    if standalone(job):
         argv.append("--standalone")
     else:
         argv += ["--nnodes", nnodes, "--rdzv-backend", "c10d",
@@ -127,14 +132,14 @@ def relaunch(record: dict[str, Any], job: dict[str, Any], run_dir: RunDir) -> di
     # The file as it is now (the launcher added the supervisor's pid after we read it).
     job = {**(read_json(run_dir.job_file) or job), "nproc": int(record.get("nproc",
                                                                          record["to"]))}
-    if "--standalone" not in torchrun_argv(job, run_dir):
+    if not standalone(job):
         job["rdzv_id"] = rdzv_id(run_dir.job_id, record)
     atomic_write_json(run_dir.job_file, job)  # spec, jobs() and restarts see it
     os.environ[RESIZED_ENV] = relaunch_env(record)  # torchrun hands it to the ranks
     return job
 
 
-def hold_rendezvous_store(job: dict[str, Any], run_dir: RunDir) -> Any:
+def hold_rendezvous_store(job: dict[str, Any]) -> Any:
     """On the node that hosts the c10d rendezvous (its endpoint is this machine): its store
     for the supervisor's whole life. torchrun's agent creates the store as a multi-tenant
     server, which a later torchrun in this process (after a resize) would make again, and
@@ -142,7 +147,7 @@ def hold_rendezvous_store(job: dict[str, Any], run_dir: RunDir) -> Any:
     in between would lose the connection. Holding one keeps the same server for every
     torchrun of the job. None where another process (a node on this machine that came
     first) hosts it, or on one node."""
-    if "--standalone" in torchrun_argv(job, run_dir):
+    if standalone(job):
         return None
     from datetime import timedelta
 
@@ -170,13 +175,13 @@ def main(run_path: str) -> int:
         return 2
     records = Records(run_dir, shared=bool(os.environ.get(NODE_ENV)))
     os.environ[SUPERVISED_ENV] = "1"  # torchrun hands it to the ranks
-    if "--standalone" not in torchrun_argv(job, run_dir):
+    if not standalone(job):
         # The agents' restart counts differ between nodes, so the ranks cannot key one
         # shared store by them (distributed.attempt_store): a store per rendezvous round.
         os.environ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     recorder = AttemptRecorder(run_dir)
     recorder.install()
-    store = hold_rendezvous_store(job, run_dir)  # noqa: F841 (held, never used)
+    store = hold_rendezvous_store(job)  # noqa: F841 (held, never used)
     try:
         run_ranks(job, run_dir, recorder, records)
         # A resize: the ranks checkpointed and left; the job goes on with the new number.
