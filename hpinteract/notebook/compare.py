@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as w
-from jupyter_bokeh.widgets import BokehModel
 
 from ..client.bulk import columns, load_history
 from .live import Feed, Ticker, show
+from .paced import PacedBokeh
 from .plots import LivePlots
 
 INTERVAL_S = 0.25
@@ -46,7 +46,7 @@ class Comparison:
         self.plots.pump()
         self.smoothing, self.log = self.plots.controls()
         self.message = w.HTML()
-        self.bokeh = BokehModel(self.plots.layout, layout=w.Layout(width="100%"))
+        self.bokeh = PacedBokeh(self.plots.layout, layout=w.Layout(width="100%"))
         self.widget = w.VBox([w.HBox([self.smoothing, self.log, self.message]), self.bokeh])
         self.ticker = Ticker(self._tick, INTERVAL_S, self._failed)
         self.ticker.start()
@@ -59,8 +59,8 @@ class Comparison:
                 self.plots.add_points(label, *got)
             if feed.error:
                 self._failed(f"{label}: {feed.error}")
-        self.plots.pump()
-        return not all(feed.done for _, feed in self.feeds)
+        drawn = self.bokeh.draw(self.plots.pump)
+        return not (drawn and all(feed.done for _, feed in self.feeds))
 
     def _failed(self, text: str) -> None:
         self.message.value = f"<pre style='color:#dc3545'>{text}</pre>"

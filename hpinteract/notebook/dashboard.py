@@ -15,11 +15,11 @@ import time
 from typing import Any
 
 import ipywidgets as w
-from jupyter_bokeh.widgets import BokehModel
 
 from ..client.bulk import columns, load_history
 from ..protocol.errors import HpiTimeout
 from .live import Feed, Ticker, Worker, show
+from .paced import PacedBokeh
 from .panel import ControlPanel
 from .plots import LivePlots
 
@@ -57,7 +57,7 @@ class Dashboard:
         self.smoothing, self.log = self.plots.controls()
         self.message = w.HTML()
         self.plots.pump()
-        self.bokeh = BokehModel(self.plots.layout, layout=w.Layout(width="100%"))
+        self.bokeh = PacedBokeh(self.plots.layout, layout=w.Layout(width="100%"))
         tools = w.HBox([self.smoothing, self.log, self.message])
         parts = [self._panel_box, tools, self.bokeh]
         self.widget = w.VBox(parts, layout=w.Layout(width="100%"))
@@ -98,8 +98,9 @@ class Dashboard:
             self._step = max(self._step, int(train[-1].get("step", -1)))
             if self.panel is not None:
                 self.panel.on_metrics(train[-1], self._epochs)
-        self.plots.pump()
-        if self.feed.done:
+        # New points go when the page has taken the last ones (see ``paced``).
+        drawn = self.bokeh.draw(self.plots.pump)
+        if self.feed.done and drawn:
             self._ended()
             return self.worker.busy > 0  # let the last command's answer arrive
         return True
