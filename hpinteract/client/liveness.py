@@ -18,13 +18,25 @@ from typing import Any
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs: an exited process that its parent has not reaped yet (a
+    zombie, such as another node's supervisor launched from this same kernel) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # alive, but someone else's
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:  # no /proc (macOS), or it has just gone
+        return False
+    # "pid (comm) S ...": the state follows the last ")" (comm may hold one).
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
 
 
 def process_alive(spec: dict[str, Any], pid: Any) -> bool | None:

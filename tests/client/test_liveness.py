@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 from hpinteract.client.liveness import job_alive, pid_alive, process_alive, supervisor_running
 
@@ -19,6 +20,26 @@ def dead_pid() -> int:
 def test_a_pid_is_alive_while_its_process_runs():
     assert pid_alive(os.getpid())
     assert not pid_alive(dead_pid())
+
+
+def test_an_exited_child_not_yet_reaped_is_not_alive():
+    # Another node's supervisor launched from this same process: it exited, and nothing
+    # has waited on it yet (the job of the first node asks about it by pid).
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while not _is_zombie(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _is_zombie(p.pid)  # exited, unreaped: kill(pid, 0) still succeeds
+        os.kill(p.pid, 0)
+        assert not pid_alive(p.pid)
+    finally:
+        p.wait()
+
+
+def _is_zombie(pid: int) -> bool:
+    with open(f"/proc/{pid}/status") as f:
+        return any(line.startswith("State:\tZ") for line in f)
 
 
 def test_another_machines_job_or_no_pid_cannot_be_checked_from_here():
