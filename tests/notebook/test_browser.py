@@ -34,7 +34,9 @@ POINTS_JS = """() => {
   return [n, last, longest];
 }"""
 
-BUDGET = 2000  # points a line holds (LivePlots' default)
+# Points a line holds: the test's copy of the quick start asks for fewer than the default
+# (2,000), so that a line is decimated after a quarter of the steps.
+BUDGET = 500
 # The longest line (a dense one: sparse lines are never decimated): [points, newest x].
 LONGEST_JS = """() => {
   let best = null;
@@ -64,29 +66,42 @@ DENSITY_JS = """() => {
 pytestmark = browser_test
 
 
-@pytest.fixture
-def served(tmp_path, hpi_home):
-    """A Jupyter server (JupyterLab and Notebook 7 both) on loopback with a token, over a
-    copy of examples/ whose quick start trains for longer (a person drags the slider
-    mid-run; so does this test): yields (base URL, token)."""
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, hpi_home):
+    """One Jupyter server (JupyterLab and Notebook 7 both) on loopback with a token for the
+    tests of this module, over a copy of examples/: yields (base URL, token, its root)."""
     require_chromium()
-    work = tmp_path / "examples"
+    root = tmp_path_factory.mktemp("browser")
+    work = root / "examples"
     shutil.copytree(ROOT / "examples", work)
-    nb = work / "01_quickstart.ipynb"
+    with jupyterlab(work, hpi_home, root / "lab.log") as (base, token):
+        yield base, token, work
+
+
+@pytest.fixture
+def served(server, request):
+    """The server, and a fresh copy of the quick start for this test (a notebook another
+    test ran holds its outputs) that trains for longer (a person drags the slider mid-run;
+    so does this test): yields (base URL, token, the copy's name)."""
+    base, token, work = server
+    name = f"quickstart_{request.node.name.split('_')[1]}.ipynb"
     # Epochs enough never to end on their own: the test stops the job (and so does the
     # fixture, should the test fail first).
     many = '\\"--epochs\\", \\"100000\\"'
-    nb.write_text(nb.read_text().replace('\\"--epochs\\", \\"500\\"', many))
-    assert '\\"100000\\"' in nb.read_text()
-    with jupyterlab(work, hpi_home, tmp_path / "lab.log") as (base, token):
-        try:
-            yield base, token
-        finally:
-            for summary in hpi.jobs():
-                job = hpi.attach(summary.id)
-                if not job.state.terminal:
-                    job.stop()
-                    job.wait(60)
+    text = (work / "01_quickstart.ipynb").read_text()
+    text = text.replace('\\"--epochs\\", \\"500\\"', many)
+    text = text.replace("job.dashboard()", f"job.dashboard(budget={BUDGET})")
+    assert '\\"100000\\"' in text and f"budget={BUDGET}" in text
+    (work / name).write_text(text)
+    before = {j.id for j in hpi.jobs()}
+    try:
+        yield base, token, name
+    finally:
+        for summary in hpi.jobs():
+            job = hpi.attach(summary.id)
+            if summary.id not in before and not job.state.terminal:
+                job.stop()
+                job.wait(60)
 
 
 def run_quickstart(page, url: str) -> None:
@@ -183,10 +198,10 @@ def chromium_page(name: str) -> Iterator[tuple[Any, list[str]]]:
 
 @pytest.mark.timeout(300)
 def test_notebook7_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
-    base, token = served
+    base, token, name = served
     before = {j.id for j in hpi.jobs()}
     with chromium_page("notebook7") as (page, errors):
-        run_quickstart(page, f"{base}/notebooks/01_quickstart.ipynb?token={token}")
+        run_quickstart(page, f"{base}/notebooks/{name}?token={token}")
         assert "/notebooks/" in page.url  # Notebook 7's page, not JupyterLab's
         assert_points_grow(page)
         job = launched_since(before)
@@ -211,10 +226,10 @@ def is_notebook7_own_startup_error(error: str) -> bool:
 def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(served):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    base, token = served
+    base, token, name = served
     before = {j.id for j in hpi.jobs()}
     with chromium_page("jupyterlab") as (page, errors):
-        run_quickstart(page, f"{base}/lab/tree/01_quickstart.ipynb?token={token}")
+        run_quickstart(page, f"{base}/lab/tree/{name}?token={token}")
         assert_points_grow(page)
         job = launched_since(before)
         drag_lr_slider(page, job)
