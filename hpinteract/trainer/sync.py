@@ -9,7 +9,9 @@ same step, which is what makes a change consistent (KungFu's step-boundary rule)
 Why not every step: a gloo broadcast costs about 0.2 ms on a loaded 2-core machine, which
 is 10 % of a 2 ms step. Rank 0 therefore spaces the sync points so that they cost at most
 ``budget`` of the training time, and never more than ``max_latency_s`` apart; the interval
-travels in the control word, so all ranks agree on it without any other message. A step
+travels in the control word, so all ranks agree on it without any other message. A sync
+point that carried commands is followed by one at the next step (a change may change the
+step time the interval was planned on). A step
 that is not a sync point costs one integer decrement.
 """
 
@@ -81,7 +83,10 @@ class StepSync:
         big: bytes | None = None
         if self._rank == 0:
             payload = json.dumps(commands).encode() if commands else b""
-            interval = self.next_interval()
+            # A change (a batch size, a pause, a checkpoint) may change the step time that
+            # the interval was planned on: the next sync point is the next step, so that a
+            # step 100x slower does not hold the next change for 100x max_latency_s.
+            interval = 1 if commands else self.next_interval()
             arr = word.numpy()
             arr[: _HEAD.size] = memoryview(_HEAD.pack(len(payload), interval))
             if len(payload) <= WORD_BYTES - _HEAD.size:
