@@ -36,7 +36,8 @@ def _zombie(pid: int) -> bool:
     except OSError:  # no /proc (macOS), or it has just gone
         return False
     # "pid (comm) S ...": the state follows the last ")" (comm may hold one).
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
+    state = stat.rfind(b")") + 2
+    return stat[state : state + 1] == b"Z"
 
 
 def process_alive(spec: dict[str, Any], pid: Any) -> bool | None:

@@ -25,7 +25,6 @@ messages one event at a time; the message format is Bokeh's ``PATCH-DOC``, uncha
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,7 +50,7 @@ class PacedBokeh(BokehModel):  # type: ignore[misc]  # jupyter_bokeh is untyped
         self.stale_s = stale_s
         self.sent = 0  # patches sent
         self.acked = 0  # the newest patch the page says it has applied
-        self._sent_at = -math.inf
+        self._sent_at = float("-inf")
         # Two models with no view of their own: the counter the kernel sets, the echo the
         # page sets. Held in the model's tags so that they belong to its document.
         self._counter = CustomJS(code="")
