@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from argparse import ArgumentParser, Namespace
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from . import __version__
 from .client import Job, attach, jobs, launch
@@ -22,122 +21,30 @@ from .client.values import parse_assignments
 from .protocol.errors import ConfigError, HpiError, InvalidCommand, InvalidHParam, JobNotFound
 from .protocol.rundir import home
 from .protocol.states import JobState
+from .terminal import assignments, display, eval_line, event_line, metric_line, print_table
 
 # Errors in what the command line named (a value, a job id) exit 2, like argparse's own.
 USAGE_ERRORS = (InvalidHParam, InvalidCommand, JobNotFound, ConfigError)
-LINES_PER_S = 2.0  # `watch` into a pipe or a file: a readable log, not a flood
-REDRAWS_PER_S = 10.0  # `watch` on a terminal: smooth, yet light over a slow ssh link
-SHOWN = (("step", "step"), ("epoch", "epoch"), ("loss", "loss"), ("lr", "lr"),
-         ("batch_size", "batch"), ("samples_per_s", "samples/s"))
-
-
-def fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
-    return str(value)
-
-
-def assignments(values: dict[str, Any]) -> str:
-    # JSON, so that `set` reads the output back: strings quoted, true/false.
-    return " ".join(f"{k}={json.dumps(values[k])}" for k in sorted(values))
-
-
-def progress_bar(rec: dict[str, Any], width: int = 24) -> str:
-    """The ``progress`` metric (0..1) as a bar; without one, the step count."""
-    p = rec.get("progress")
-    if not isinstance(p, int | float) or isinstance(p, bool):
-        return f"[step {rec.get('step', '?')}]"
-    p = min(1.0, max(0.0, float(p)))
-    n = round(p * width)
-    return f"[{'#' * n}{'.' * (width - n)}] {p:6.1%}"
-
-
-def metric_line(rec: dict[str, Any]) -> str:
-    return "  ".join([progress_bar(rec)] + [
-        f"{label} {fmt(rec[key])}" for key, label in SHOWN if rec.get(key) is not None])
-
-
-def event_line(rec: dict[str, Any]) -> str:
-    kind, src = rec.get("kind"), rec.get("source") or "?"
-    if kind == "change":
-        raw = rec.get("values")
-        vals = assignments(raw) if isinstance(raw, dict) else str(raw)
-        if rec.get("status") == "applied":
-            return f"* set {vals} at step {rec.get('applied_at_step')} (from {src})"
-        return f"* set {vals} {rec.get('status')} (from {src}): {rec.get('error')}"
-    if kind == "state":
-        at = f" at step {rec['step']}" if rec.get("step") is not None else ""
-        return f"* {rec.get('state')}{at} (from {src})"
-    if kind == "checkpoint":
-        what = rec.get("file") if rec.get("status") == "written" else rec.get("error")
-        return f"* checkpoint {rec.get('status')} at step {rec.get('step')} (from {src}): {what}"
-    rest = " ".join(f"{k}={v}" for k, v in rec.items() if k not in ("seq", "time", "kind"))
-    return f"* {kind}: {rest}"
-
-
-def table(rows: Sequence[Sequence[Any]]) -> str:
-    rows = [["-" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in rows)
-
-
-class Display:
-    """Latest metrics redrawn in place on a terminal, else as throttled lines; events whole."""
-
-    def __init__(self, out: TextIO, tty: bool) -> None:
-        self.out, self.tty = out, tty
-        self.line, self.dirty = "", False  # the latest metric line; not yet written?
-        self.shown = 0  # width of the line drawn in place
-        self.last, self.interval = -1e9, 1.0 / (REDRAWS_PER_S if tty else LINES_PER_S)
-
-    def metric(self, rec: dict[str, Any]) -> None:
-        self.line, self.dirty = metric_line(rec), True
-        if time.monotonic() - self.last >= self.interval:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.dirty:
-            self.dirty, self.last = False, time.monotonic()
-            if self.tty:  # never wider than the terminal: a wrapped line cannot be redrawn
-                line = self.line[: max(10, shutil.get_terminal_size().columns - 1)]
-                self.out.write("\r" + line.ljust(self.shown))
-                self.shown = len(line)
-            else:
-                self.out.write(self.line + "\n")
-        self.out.flush()
-
-    def message(self, text: str) -> None:
-        if not self.tty:
-            self.flush()  # the step it came after first
-        elif self.shown:
-            self.out.write("\r" + " " * self.shown + "\r")
-            self.shown, self.dirty = 0, bool(self.line)
-        self.out.write(text + "\n")
-        self.flush()
-
-    def close(self) -> None:
-        self.flush()
-        self.out.write("\n" if self.shown else "")
-        self.shown = 0
-        self.out.flush()
 
 
 def watch(job: Job, out: TextIO | None = None) -> int:
-    """Follow a job until it ends: 0 if it finished, 1 if it failed, 130 on Ctrl-C."""
+    """Follow a job until it ends: 0 if it finished, 1 if it failed, 130 on Ctrl-C. On a
+    terminal a live progress line, else plain lines (terminal.py)."""
     out = out or sys.stdout
-    display = Display(out, out.isatty())
+    view = display(out, f"job {job.id}")
     try:
         for rec in job.stream():
             if "kind" in rec:
-                display.message(event_line(rec))
+                view.message(event_line(rec))
+            elif rec.get("eval"):
+                view.message(eval_line(rec))
             elif "step" in rec:
-                display.metric(rec)
+                view.metric(rec)
     except KeyboardInterrupt:
-        display.close()
+        view.close()
         print(f"stopped watching; job {job.id} keeps running", file=sys.stderr)
         return 130
-    display.close()
+    view.close()
     return report_end(job, job.wait(), out)
 
 
@@ -171,9 +78,11 @@ def cmd_fork(a: Namespace) -> int:
 
 def cmd_jobs(a: Namespace) -> int:
     found = jobs()
-    print(table([("ID", "STATE", "STEP", "NPROC", "SCRIPT")] + [
-        (j.id, j.state, j.step, j.nproc, j.script) for j in found])
-        if found else f"no jobs under {home() / 'jobs'}")
+    if not found:
+        print(f"no jobs under {home() / 'jobs'}")
+        return 0
+    print_table([("ID", "STATE", "STEP", "NPROC", "SCRIPT")] + [
+        (j.id, j.state, j.step, j.nproc, j.script) for j in found], sys.stdout, state_col=1)
     return 0
 
 
@@ -237,6 +146,11 @@ def cmd_logs(a: Namespace) -> int:
         time.sleep(0.5)
 
 
+def cmd_export(a: Namespace) -> int:
+    print(attach(a.job).export("tensorboard", a.tensorboard))
+    return 0
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="hpinteract", description="Launch, tune and watch hpinteract training jobs.",
@@ -289,6 +203,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--set", "-s", action="extend", nargs="+", default=[], metavar="K=V",
                    help="values on top of those in force at the checkpoint")
     add("watch", lambda a: watch(attach(a.job)), "follow progress and changes until the end")
+    add("export", cmd_export, "write the job's metrics and changes for TensorBoard; "
+        "prints the directory").add_argument(
+        "--tensorboard", required=True, metavar="DIR",
+        help="a TensorBoard log directory: the job is written to DIR/<job id>")
     p = add("logs", cmd_logs, "print the job's output (all ranks, or one)")
     p.add_argument("--rank", "-r", type=int, help="only this rank's stdout and stderr")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until it ends")

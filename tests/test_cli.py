@@ -5,13 +5,17 @@ formatting helpers. Every CLI process gets its own HPINTERACT_HOME, a pytest tmp
 from __future__ import annotations
 
 import contextlib
-import io
+import fcntl
 import json
 import os
+import pty
 import re
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,9 +35,12 @@ def run_cli(home: Path, *args: str, timeout: float = 120) -> subprocess.Complete
 
 
 def start_cli(home: Path, *args: str) -> subprocess.Popen[str]:
+    # Ctrl-C as in a terminal: a harness that ignores SIGINT (pytest-xdist's workers) would
+    # hand the ignoring on, and Python then installs no KeyboardInterrupt.
     return subprocess.Popen([sys.executable, "-m", "hpinteract.cli", *args], cwd=REPO,
                             env={**os.environ, "HPINTERACT_HOME": str(home)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def ok(r: subprocess.CompletedProcess[str]) -> str:
@@ -47,6 +54,40 @@ def failed(r: subprocess.CompletedProcess[str], rc: int) -> str:
     assert r.stderr.startswith("error: "), r.stderr
     assert "Traceback" not in r.stderr
     return r.stderr
+
+
+class Tty:
+    """``hpinteract ARGS`` with a pseudo-terminal for its output, as in a terminal or over
+    ssh (120 columns); ``finish()`` waits for it and gives what it drew, escapes removed."""
+
+    def __init__(self, home: Path, *args: str) -> None:
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hpinteract.cli", *args], cwd=REPO, stdin=slave,
+            stdout=slave, stderr=slave, close_fds=True,
+            env={**os.environ, "HPINTERACT_HOME": str(home), "TERM": "xterm-256color"})
+        os.close(slave)
+        self.chunks: list[bytes] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # EIO: the other side closed
+                return
+            if not data:
+                return
+            self.chunks.append(data)
+
+    def finish(self, timeout: float = 90) -> str:
+        assert self.proc.wait(timeout) == 0
+        self.reader.join(10)
+        os.close(self.master)
+        text = b"".join(self.chunks).decode(errors="replace")
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
 
 
 def end(job: hpi.Job) -> None:
@@ -136,6 +177,14 @@ def test_logs_and_unknown_job(home: Path, job_id: str) -> None:
     assert "no job 'nosuchjob'" in failed(run_cli(home, "status", "-j", "nosuchjob"), 2)
 
 
+def test_export_writes_a_tensorboard_run(home: Path, job_id: str, tmp_path: Path) -> None:
+    out = ok(run_cli(home, "export", "-j", job_id, "--tensorboard", str(tmp_path))).strip()
+    assert out == str(tmp_path / job_id)
+    [events] = Path(out).glob("events.out.tfevents.*")
+    assert events.stat().st_size > 0
+    assert "required: --tensorboard" in run_cli(home, "export", "-j", job_id).stderr
+
+
 def test_watch_shows_progress_and_changes_and_ends_after_stop(home: Path, job_id: str) -> None:
     # Ctrl-C leaves a watcher cleanly and the job untouched.
     quitter = start_cli(home, "watch", "--job", job_id)
@@ -145,17 +194,24 @@ def test_watch_shows_progress_and_changes_and_ends_after_stop(home: Path, job_id
     assert quitter.returncode == 130 and "keeps running" in err and "Traceback" not in err
 
     watcher = start_cli(home, "watch", "--job", job_id)
+    on_tty = Tty(home, "watch", "--job", job_id)  # as over ssh: a pseudo-terminal
     assert watcher.stdout is not None and watcher.stdout.readline()  # it is following
     step = int(re.findall(r"\d+", ok(run_cli(home, "set", "-j", job_id, "lr=0.03")))[0])
     assert ok(run_cli(home, "stop", "-j", job_id)).startswith("stopping at step ")
     out, err = watcher.communicate(timeout=90)
     assert watcher.returncode == 0, err
-    assert "\r" not in out  # not a terminal: plain lines
-    assert re.search(r"^\[[#.]{24}\]\s+\d+\.\d%  step \d+  epoch \d+  loss \S+  lr ", out, re.M)
+    assert "\r" not in out and "\x1b" not in out  # not a terminal: plain lines
+    assert re.search(r"^step \d+  \d+\.\d%  \S+ steps/s  epoch \d+  loss \S+  lr ", out, re.M)
     assert f"* set lr=0.03 at step {step} (from cli)" in out
     assert re.search(r"^\* stopping at step \d+ \(from cli\)$", out, re.M)
     assert re.fullmatch(rf"job {job_id} finished after \d+ steps", out.splitlines()[-1])
     assert hpi.attach(job_id, home=home).state == hpi.JobState.FINISHED
+    # On the terminal: rich's live bar with percentage, rate and ETA; the same events
+    # printed above it, and the same end.
+    shown = on_tty.finish()
+    assert "━" in shown and re.search(r"\d+% +\S+ steps/s +ETA \d+:\d\d:\d\d", shown)
+    assert f"* set lr=0.03 at step {step} (from cli)" in shown
+    assert f"job {job_id} finished after" in shown
 
 
 def test_run_watch_of_a_failing_job_exits_1(home: Path, job_id: str) -> None:
@@ -213,44 +269,3 @@ def test_cli_errors_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     assert "needs rdzv_endpoint='host:port'" in capsys.readouterr().err
     assert cli.main(["run", str(script), "--nnodes", "2", "--rdzv-endpoint", "h:1"]) == 2
     assert "needs job_id" in capsys.readouterr().err
-
-
-def test_metric_and_event_lines() -> None:
-    rec = {"step": 3, "epoch": 1, "progress": 0.5, "loss": 0.25, "lr": 0.01, "batch_size": 64,
-           "samples_per_s": 12345.6}
-    assert cli.metric_line(rec) == (f"[{'#' * 12}{'.' * 12}]  50.0%  step 3  epoch 1  "
-                                    "loss 0.25  lr 0.01  batch 64  samples/s 12346")
-    assert cli.metric_line({"step": 7, "loss": 1.0}) == "[step 7]  step 7  loss 1"
-    assert cli.event_line({"kind": "change", "values": {"lr": 0.1}, "status": "applied",
-                           "applied_at_step": 9, "source": "cli"}) == \
-        "* set lr=0.1 at step 9 (from cli)"
-    assert cli.event_line({"kind": "change", "values": {"lr": "x"}, "status": "rejected",
-                           "source": "api", "error": "lr must be float"}) == \
-        '* set lr="x" rejected (from api): lr must be float'
-    assert cli.event_line({"kind": "state", "state": "paused", "step": 4, "source": "cli"}) \
-        == "* paused at step 4 (from cli)"
-    assert cli.table([("A", "BB"), ("xyz", None)]) == "A    BB\nxyz  -"
-
-
-def test_display_lines_and_in_place_redraw() -> None:
-    piped = io.StringIO()
-    d = cli.Display(piped, tty=False)
-    for step in range(50):
-        d.metric({"step": step})
-        if step == 20:
-            d.message("* paused at step 20 (from cli)")
-    d.close()
-    lines = piped.getvalue().splitlines()
-    assert lines[0] == "[step 0]  step 0" and lines[-1] == "[step 49]  step 49"
-    assert lines[lines.index("* paused at step 20 (from cli)") - 1] == "[step 20]  step 20"
-
-    term = io.StringIO()
-    d = cli.Display(term, tty=True)
-    d.metric({"step": 1})
-    d.message("* running at step 0 (from job)")
-    d.metric({"step": 2})
-    d.close()
-    text = term.getvalue()
-    assert text.startswith("\r[step 1]  step 1")
-    assert "\r" + " " * len("[step 1]  step 1") + "\r* running at step 0 (from job)\n" in text
-    assert text.endswith("\n") and text.rstrip("\n").rsplit("\r", 1)[-1].startswith("[step")

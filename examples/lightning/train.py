@@ -36,6 +36,7 @@ parser.add_argument("--ckpt", default=None, help="resume from this Lightning che
 parser.add_argument("--root", default=os.getcwd(), help="Trainer.default_root_dir")
 parser.add_argument("--package", default="lightning", choices=("lightning", "pytorch_lightning"))
 parser.add_argument("--report", default=None, help="write what the fit ended with (JSON)")
+parser.add_argument("--csv-log", default=None, help="Lightning's CSVLogger in this folder")
 args = parser.parse_args()
 L = importlib.import_module("lightning.pytorch" if args.package == "lightning"
                             else "pytorch_lightning")
@@ -83,7 +84,8 @@ def main() -> None:
     trainer = L.Trainer(
         accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
         max_epochs=args.epochs, callbacks=[hpc], accumulate_grad_batches=args.accumulate,
-        gradient_clip_val=args.clip or None, logger=False, enable_checkpointing=False,
+        gradient_clip_val=args.clip or None, enable_checkpointing=False,
+        logger=L.loggers.CSVLogger(args.csv_log, name="fit") if args.csv_log else False,
         enable_progress_bar=False, enable_model_summary=False, default_root_dir=args.root,
         num_sanity_val_steps=0, log_every_n_steps=1)
     trainer.fit(Digits(), DataLoader(TensorDataset(x[:1500], y[:1500]), batch_size=args.batch,

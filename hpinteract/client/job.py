@@ -220,6 +220,14 @@ class Job:
         """The change log: every change with its source, status and step, and state changes."""
         return history.events_frame(self.run_dir)
 
+    def export(self, fmt: str, path: str | Path) -> Path:
+        """The history where other tools read it: ``job.export("tensorboard", "runs")``
+        writes ``runs/<job id>`` (every metric a scalar, every change a text at its step),
+        for ``tensorboard --logdir runs``. Returns the directory written."""
+        from .export import export
+
+        return export(self.run_dir, fmt, path)
+
     def applied_steps(self, change_id: str, timeout: float = 5.0) -> dict[int, int]:
         """{rank: step} at which each rank applied a change (the same step on all ranks).
 

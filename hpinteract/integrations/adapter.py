@@ -93,6 +93,7 @@ class FrameworkJob:
         self.run: Run | None = None
         self._final: Mapping[str, Any] | None = None  # the values when training ended
         self._warned: set[str] = set()
+        self._told = 0  # changes handed to the framework's loggers so far
 
     @property
     def hp(self) -> Mapping[str, Any]:
@@ -103,6 +104,16 @@ class FrameworkJob:
             raise ConfigError(f"the hpinteract run starts with the {self.framework} "
                               "training (its train-start hook)")
         return self._final
+
+    def fresh_changes(self) -> list[dict[str, Any]]:
+        """The changes applied since the last call ({id, source, values, applied_at_step}),
+        for the framework's own loggers: where its users already look."""
+        run = self.run
+        if run is None or run.driven is None:
+            return []
+        fresh = run.driven.changes[self._told:]
+        self._told = len(run.driven.changes)
+        return [c for c in fresh if c.get("applied_at_step") is not None]
 
     # ---- the start ----------------------------------------------------------------------
     def start(self, found: Found, driven: Driven,

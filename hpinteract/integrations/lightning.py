@@ -191,6 +191,27 @@ class HPInteractCallback(WithRun, *_BASES):  # type: ignore[misc]
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if self._job.step(loss, {}):  # the record waits for the step's logged values
             trainer.should_stop = True
+        self._to_loggers(trainer)
+
+    def _to_loggers(self, trainer: Any) -> None:
+        """Rank 0: each change to the Trainer's loggers, at its step: the numbers as
+        ``hpinteract/<name>`` metrics (any logger: TensorBoard, W&B, CSV, MLflow), a line
+        of text where the logger's experiment takes text (TensorBoard's add_text)."""
+        fresh = self._job.fresh_changes()
+        if not fresh or not trainer.is_global_zero:
+            return
+        for change in fresh:
+            step, values = int(change["applied_at_step"]), change["values"]
+            numbers = {f"hpinteract/{n}": float(v) for n, v in values.items()
+                       if isinstance(v, int | float) and not isinstance(v, bool)}
+            text = ", ".join(f"{n} = {v!r}" for n, v in values.items()) + \
+                f" (by {change.get('source', '?')})"
+            for logger in trainer.loggers:
+                if numbers:
+                    logger.log_metrics(numbers, step=step)
+                add_text = getattr(getattr(logger, "experiment", None), "add_text", None)
+                if callable(add_text):
+                    add_text("hpinteract/changes", text, step)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if self._job.run is not None:

@@ -15,7 +15,7 @@ import ipywidgets as w
 from ..client.bulk import columns, load_history
 from .live import Feed, Ticker, show
 from .paced import PacedBokeh
-from .plots import LivePlots
+from .plots import HPARAM_METRICS, LivePlots
 
 INTERVAL_S = 0.25
 
@@ -34,8 +34,10 @@ class Comparison:
                              f"{len(jobs)} jobs")
         self.metric = metric
         self.labels = dict(zip((j.id for j in jobs), names, strict=True))
+        # One figure, the metric's: step lines where it is a hyper-parameter.
         self.plots = LivePlots(names, budget=budget, smoothing=smoothing, log=log,
-                               group=lambda _name: metric)
+                               group=lambda _name: metric,
+                               hparams=names[:1] if metric in HPARAM_METRICS else ())
         self.feeds: list[tuple[str, Feed]] = []
         for job, label in zip(jobs, names, strict=True):
             hist = load_history(job.run_dir)

@@ -21,7 +21,7 @@ from ..protocol.errors import HpiTimeout
 from .live import Feed, Ticker, Worker, show
 from .paced import PacedBokeh
 from .panel import ControlPanel
-from .plots import LivePlots
+from .plots import HPARAM_METRICS, LivePlots
 
 INTERVAL_S = 0.25  # how often the display catches up: a few times a second, batched
 
@@ -33,8 +33,9 @@ class Dashboard:
     def __init__(self, job: Any, metrics: list[str] | None = None, controls: bool = True,
                  smoothing: float = 0.0, log: bool = False, budget: int = 2000) -> None:
         self.job = job
-        self.plots = LivePlots(metrics, budget=budget, smoothing=smoothing, log=log)
         status = _status(job)
+        self.plots = LivePlots(metrics, budget=budget, smoothing=smoothing, log=log,
+                               hparams=set(HPARAM_METRICS) | set(status.get("specs") or {}))
         self._epochs = status.get("epochs")
         self.worker = Worker()
         self.panel: ControlPanel | None = None
@@ -57,9 +58,10 @@ class Dashboard:
         self.smoothing, self.log = self.plots.controls()
         self.message = w.HTML()
         self.plots.pump()
+        self.unchanged = w.HTML(self.plots.unchanged)
         self.bokeh = PacedBokeh(self.plots.layout, layout=w.Layout(width="100%"))
         tools = w.HBox([self.smoothing, self.log, self.message])
-        parts = [self._panel_box, tools, self.bokeh]
+        parts = [self._panel_box, tools, self.unchanged, self.bokeh]
         self.widget = w.VBox(parts, layout=w.Layout(width="100%"))
         self.ticker = Ticker(self._tick, INTERVAL_S, self._failed)
         self.ticker.start()
@@ -100,6 +102,8 @@ class Dashboard:
                 self.panel.on_metrics(train[-1], self._epochs)
         # New points go when the page has taken the last ones (see ``paced``).
         drawn = self.bokeh.draw(self.plots.pump)
+        if self.unchanged.value != self.plots.unchanged:
+            self.unchanged.value = self.plots.unchanged
         if self.feed.done and drawn:
             self._ended()
             return self.worker.busy > 0  # let the last command's answer arrive
@@ -110,16 +114,15 @@ class Dashboard:
         if kind == "change" and ev.get("status") == "applied":
             step = float(ev.get("applied_at_step", 0))
             for name, value in (ev.get("values") or {}).items():
-                self.plots.add_change(step, f"{name} = {value} ({ev.get('source', '?')}, "
-                                            f"step {int(step)})", name)
+                self.plots.add_change(step, change_label(name, value, ev), name)
             if self.panel is not None:
                 self.panel.on_change(ev)
         elif kind in ("resume", "restart", "fork"):
             step = float(ev.get("step", 0))
             self.plots.rewind(step)
             lost = f", {ev['steps_lost']} steps run again" if ev.get("steps_lost") else ""
-            self.plots.add_change(step, f"{kind} from the checkpoint at step {int(step)}"
-                                        f"{lost}", "loss")
+            self.plots.add_change(step, html.escape(f"{kind} from the checkpoint at step "
+                                                    f"{int(step)}{lost}"), "loss")
             if kind == "restart" and self.panel is not None:
                 self.panel.report(f"torchrun restarted the workers (restart "
                                   f"{ev.get('restart')}): {ev.get('error', '')}")
@@ -178,6 +181,19 @@ class Dashboard:
 
     def _ipython_display_(self) -> None:
         show(self.widget)
+
+
+def change_label(name: str, value: Any, ev: dict[str, Any]) -> str:
+    """A change marker's hover text (HTML, every part escaped): what changed from what to
+    what, at which step, by whom, and why."""
+    prev = ev.get("previous") or {}
+    was = f"{html.escape(str(prev[name]))} &rarr; " if name in prev else ""
+    text = (f"<b>{html.escape(name)}</b> {was}{html.escape(str(value))}<br>"
+            f"step {int(ev.get('applied_at_step', 0))}, by "
+            f"{html.escape(str(ev.get('source', '?')))}")
+    if ev.get("reason"):
+        text += f"<br><i>{html.escape(str(ev['reason']))}</i>"
+    return text
 
 
 def _status(job: Any) -> dict[str, Any]:

@@ -20,14 +20,11 @@ from traitlets import TraitError
 
 from ..client.values import parse_value
 from ..protocol.errors import HpiError
-from ..protocol.hparams import HParam
+from ..protocol.hparams import SYSTEM, HParam
 from ..protocol.states import JobState
 
 Submit = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
 
-# hpinteract's own knobs, folded away below the script's hyper-parameters.
-SYSTEM = frozenset({"monitor_gns", "gns_smoothing", "monitor_ranks", "lr_scaling",
-                    "checkpoint_every"})
 
 BADGE = {  # state -> colour of its badge
     "starting": "#6c757d", "running": "#198754", "paused": "#fd7e14", "stopping": "#6c757d",
@@ -201,7 +198,8 @@ class ControlPanel:
         system = [r.box for n, r in self.rows.items() if n in SYSTEM]
         grid = w.GridBox(main, layout=w.Layout(
             grid_template_columns="repeat(auto-fill, minmax(700px, 1fr))"))
-        more = w.Accordion([w.VBox(system)], titles=("monitors, lr scaling, checkpoints",),
+        more = w.Accordion([w.VBox(system)],
+                           titles=("system: monitors, checkpoints, sync, workers",),
                            selected_index=None)
         self.widget = w.VBox([head, self.errors, grid, *([more] if system else [])])
         self._p0: tuple[float, float] | None = None  # (time, progress) when first seen

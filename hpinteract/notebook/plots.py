@@ -8,7 +8,7 @@ new points reach the browser as ``ColumnDataSource.stream`` patches over the wid
 comm: never a redrawn cell, never ``push_notebook``.
 
 Bokeh cannot switch a drawn figure's scale (bokeh/bokeh#11983), so the log toggle draws
-new figures over the same data sources and x range.
+new figures over the same data sources and x range. Where each figure goes: ``layout``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import ipywidgets as w
 import numpy as np
 from bokeh.events import RangesUpdate, Reset
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, GridBox
 from bokeh.palettes import Category10_10
-from bokeh.plotting import figure
 
+from . import layout
+from .figure import Figure
 from .series import Series, SeriesView
 
 # Which figure a metric goes to; a metric no rule claims gets a figure of its own.
@@ -31,13 +32,18 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("loss", "loss"), ("accuracy", "acc"), ("learning rate", "lr"),
     ("batch size", "batch_size"), ("throughput (samples/s)", "samples_per_s"),
     ("gradient noise scale", "gns"), ("gradient norm", "grad_norm"),
-    ("step time per rank (s)", "step_time_r"), ("step time (s)", "step_time"),
+    ("step and data time per rank (s)", "step_time_r"),
+    ("step and data time per rank (s)", "data_time_r"), ("step time (s)", "step_time"),
     ("step time (s)", "data_time"),
 )
-# Not drawn unless asked for by name: bookkeeping, or the noise scale's parts.
+# Not drawn unless asked for by name: bookkeeping, or the noise scale's parts. (The
+# straggler ratio is in the per-rank figure's title.)
 HIDDEN = frozenset({"epoch", "time", "progress", "gns_grad_sq", "gns_var", "straggler",
                     "eval"})
-HIDDEN_PREFIXES = ("data_time_r",)  # per-rank data waits: asked for by name
+# Hyper-parameters the job logs with its metrics: drawn as step lines.
+HPARAM_METRICS = ("lr", "batch_size")
+# Smoothed from the start, whatever the smoothing slider says: one step's samples/s is noise.
+SMOOTHED = {"samples_per_s": 0.9}
 
 
 def group_of(name: str) -> str:
@@ -45,65 +51,9 @@ def group_of(name: str) -> str:
     ``accuracy``, ``step_time_r1`` joins the step times."""
     for title, key in GROUPS:
         if name == key or (key in ("loss", "acc") and key in name) or \
-                (key.endswith("_r") and name.startswith(key)):
+                (key.endswith("_r") and name.startswith(key) and name[len(key):].isdigit()):
             return title
     return name
-
-
-class _Figure:
-    """One metric kind: a figure, its lines and its change markers."""
-
-    def __init__(self, title: str, x_range: Any, log: bool) -> None:
-        self.title, self.x_range = title, x_range
-        self.lines: dict[str, tuple[ColumnDataSource, str]] = {}
-        self.changes = ColumnDataSource({"x": [], "y": [], "label": []})
-        self.fig = self._draw(log, smoothing=0.0)
-
-    def _draw(self, log: bool, smoothing: float) -> Any:
-        kw: dict[str, Any] = {"height": 210, "sizing_mode": "stretch_width",
-                              "title": self.title, "x_axis_label": "step",
-                              "tools": "pan,box_zoom,xwheel_zoom,reset,save",
-                              "active_scroll": "xwheel_zoom"}
-        if self.x_range is not None:
-            kw["x_range"] = self.x_range
-        f = figure(**kw, y_axis_type="log" if log else "linear")
-        f.toolbar.logo = None
-        f.vspan(x="x", source=self.changes, line_color="#888888", line_dash="dashed",
-                line_alpha=0.6)
-        marks = f.scatter(x="x", y="y", source=self.changes, marker="inverted_triangle",
-                          size=9, color="#555555")
-        f.add_tools(HoverTool(renderers=[marks], tooltips=[("change", "@label")]))
-        self.raw: list[Any] = []
-        self.main: list[Any] = []
-        self.hover = HoverTool(renderers=[], mode="vline", tooltips=[
-            ("line", "$name"), ("step", "@x{0,0}"), ("value", "@y{0.0000g}"),
-            ("raw", "@raw{0.0000g}")])
-        f.add_tools(self.hover)
-        for name, (src, color) in self.lines.items():
-            self._glyphs(f, name, src, color, smoothing)
-        return f
-
-    def _glyphs(self, f: Any, name: str, src: ColumnDataSource, color: str,
-                smoothing: float) -> None:
-        self.raw.append(f.line("x", "raw", source=src, color=color, alpha=0.25,
-                               visible=smoothing > 0))
-        line = f.line("x", "y", source=src, color=color, line_width=1.8, legend_label=name,
-                      name=name)
-        self.main.append(line)
-        self.hover.renderers = [*self.hover.renderers, line]
-        f.legend.location, f.legend.click_policy = "top_left", "hide"
-
-    def add_line(self, name: str, color: str, smoothing: float) -> ColumnDataSource:
-        src = ColumnDataSource({"x": np.empty(0), "y": np.empty(0), "raw": np.empty(0)})
-        self.lines[name] = (src, color)
-        self._glyphs(self.fig, name, src, color, smoothing)
-        return src
-
-    def redraw(self, log: bool, smoothing: float) -> Any:
-        """A new figure with the other y scale over the same sources (Bokeh cannot change
-        a drawn figure's scale, bokeh/bokeh#11983)."""
-        self.fig = self._draw(log, smoothing)
-        return self.fig
 
 
 class LivePlots:
@@ -112,34 +62,53 @@ class LivePlots:
 
     def __init__(self, metrics: Iterable[str] | None = None, budget: int = 2000,
                  smoothing: float = 0.0, log: bool = False,
-                 group: Callable[[str], str] = group_of) -> None:
+                 group: Callable[[str], str] = group_of,
+                 hparams: Iterable[str] = HPARAM_METRICS) -> None:
         self.only = set(metrics) if metrics is not None else None
         self.group = group
+        # Figures of hyper-parameters: step lines, in the layout's hyper-parameter section.
+        self.hparam_titles = {group(n) for n in hparams}
         self.budget, self.smoothing, self.log = budget, smoothing, log
         self.series: dict[str, Series] = {}
         self.views: dict[str, SeriesView] = {}
-        self.figures: dict[str, _Figure] = {}
+        self.figures: dict[str, Figure] = {}
         self._sources: dict[str, ColumnDataSource] = {}
         self._pending_changes: list[tuple[float, str, str]] = []
         self._redraw: set[str] = set()  # lines whose points were taken away (rewind)
         self._zoom: tuple[float | None, float | None] | None = None
-        self.layout = column(sizing_mode="stretch_width")
+        self._varying: set[str] = set()  # series whose value has changed at least once
+        self._shown: list[str] = []  # the figures in the grid, in order
+        self._straggler: float | None = None
+        # What never changed, as HTML: shown by the dashboard as a widget above the plots
+        # (a Bokeh Div would need BokehJS's widgets bundle in the page too).
+        self.unchanged = ""
+        # Columns of equal width: CSS grid's "1fr" tracks.
+        tracks: Any = ["1fr"] * layout.COLUMNS
+        self.grid = GridBox(children=[], sizing_mode="stretch_width", cols=tracks)
+        self.layout = column([self.grid], sizing_mode="stretch_width")
         self._x_range: Any = None
 
     # ---- data in (any order; cheap) -----------------------------------------------------
     def wants(self, name: str) -> bool:
         if self.only is not None:
             return name in self.only
-        return name not in HIDDEN and not name.startswith(HIDDEN_PREFIXES)
+        return name not in HIDDEN
 
     def add_points(self, name: str, xs: Any, ys: Any) -> None:
+        if name == "straggler" and len(ys):
+            self._straggler = float(np.asarray(ys, dtype=np.float64)[-1])
         if not self.wants(name):
             return
         s = self.series.get(name)
         if s is None:
             s = self.series[name] = Series(name)
-            self.views[name] = SeriesView(s, self.budget, self.smoothing)
+            self.views[name] = SeriesView(s, self.budget, self._smoothing_of(name))
         s.extend(xs, ys)
+        if name not in self._varying and s.n and layout.varies(s.y[0], ys):
+            self._varying.add(name)
+
+    def _smoothing_of(self, name: str) -> float:
+        return max(self.smoothing, SMOOTHED.get(name, 0.0))
 
     def rewind(self, step: float) -> None:
         """The job went back to ``step`` (resume, restart): later points are redrawn away."""
@@ -164,12 +133,10 @@ class LivePlots:
                         self._sources:
                     view.start, view.end = start, end
                     self._sources[view.series.name].data = view.full()
-        before = len(self.figures)
         for name in self.views:
             if name not in self._sources:
                 self._new_line(name)
-        if len(self.figures) != before:  # one change of the layout, however many figures
-            self.layout.children = [f.fig for f in self.figures.values()]
+        self._arrange()
         for name in self._redraw & set(self._sources):
             self._sources[name].data = self.views[name].full()
         self._redraw.clear()
@@ -191,12 +158,37 @@ class LivePlots:
         title = self.group(name)
         fig = self.figures.get(title)
         if fig is None:
-            fig = self.figures[title] = _Figure(title, self._x_range, self.log)
+            fig = self.figures[title] = Figure(title, self._x_range, self.log,
+                                                steps=title in self.hparam_titles)
             self._x_range = self._x_range or fig.fig.x_range
             self._listen(fig.fig)
         color = Category10_10[len(fig.lines) % 10]
-        src = self._sources[name] = fig.add_line(name, color, self.smoothing)
+        src = self._sources[name] = fig.add_line(name, color, self._smoothing_of(name))
         return src
+
+    def _arrange(self) -> None:
+        """The figures in the layout's order; one that only holds series that never
+        changed (a hyper-parameter or system figure) is a line of text instead. The grid
+        is sent again only when what it shows changed."""
+        titles = layout.ordered(list(self.figures), self.hparam_titles)
+        shown, still = [], {}
+        for t in titles:
+            fig = self.figures[t]
+            if layout.section(t, self.hparam_titles) in (layout.LOSS, layout.LEARNED) or \
+                    any(n in self._varying for n in fig.lines):
+                shown.append(t)
+            else:
+                still.update({n: float(self.series[n].y[0]) for n in fig.lines
+                              if self.series[n].n})
+        if shown != self._shown:
+            self._shown = shown
+            self.grid.children = layout.grid([self.figures[t].fig for t in shown])
+        self.unchanged = layout.unchanged_text(still)
+        per_rank = self.figures.get("step and data time per rank (s)")
+        if per_rank is not None and self._straggler is not None:
+            title = f"{per_rank.title} · straggler ratio {self._straggler:.2f}"
+            if per_rank.fig.title.text != title:
+                per_rank.fig.title.text = title
 
     def _draw_changes(self) -> None:
         if not self._pending_changes:
@@ -231,20 +223,21 @@ class LivePlots:
     def set_smoothing(self, alpha: float) -> None:
         self.smoothing = alpha
         for name, view in self.views.items():
-            view.smoothing = alpha
+            view.smoothing = self._smoothing_of(name)
             if name in self._sources:
                 self._sources[name].data = view.full()
         for fig in self.figures.values():
-            for r in fig.raw:
-                r.visible = alpha > 0
+            for name, r in fig.raw.items():
+                r.visible = self._smoothing_of(name) > 0
 
     def set_log(self, log: bool) -> None:
         if log == self.log:
             return
         self.log = log
         for fig in self.figures.values():
-            self._listen(fig.redraw(log, self.smoothing))
-        self.layout.children = [f.fig for f in self.figures.values()]
+            self._listen(fig.redraw(log, self._smoothing_of))
+        self._shown = []  # new figures: the grid is built again
+        self._arrange()
 
     def _listen(self, f: Any) -> None:
         f.on_event(RangesUpdate, self._on_ranges)

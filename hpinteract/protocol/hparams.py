@@ -167,6 +167,9 @@ BUILTINS: dict[str, HParam] = {
 # scaling rule).
 MONITORS = ("monitor_gns", "gns_smoothing", "monitor_ranks", "checkpoint_every", "sync",
             "averaging_period", "hang_timeout")
+# hpinteract's own knobs (how the job runs, not what it learns): the views group them
+# apart from the script's hyper-parameters, folded until opened.
+SYSTEM = frozenset({*MONITORS, "lr_scaling", "micro_batch", "workers"})
 
 
 def build_specs(

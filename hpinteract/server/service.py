@@ -20,6 +20,7 @@ from ..client.bulk import load_history
 from ..client.decimate import minmax
 from ..client.history import read_records
 from ..protocol.errors import InvalidCommand, InvalidHParam
+from ..protocol.hparams import SYSTEM
 from ..protocol.rundir import RunDir, find_run_dir, iter_run_dirs, read_json
 
 COMMANDS = ("pause", "resume", "stop", "checkpoint")
@@ -99,6 +100,8 @@ def detail(job: Job) -> dict[str, Any]:
         **summary(job),
         "hparams": {k: finite(v) for k, v in (st.get("hparams") or {}).items()},
         "specs": st.get("specs") or {},
+        # hpinteract's own knobs, which the panel groups apart (as the dashboard does)
+        "system": sorted(SYSTEM & set(st.get("specs") or {})),
         "last_changed": st.get("last_changed") or {},
         "latest": {k: finite(v) for k, v in (st.get("latest") or {}).items()},
         "events": read_records(events)[-EVENTS:],

@@ -120,8 +120,7 @@ class Boundary:
             return
         r = self.run
         step = r.step_index
-        for cmd in cmds:
-            self._effect(cmd, step)
+        replaced = {cmd["id"]: self._effect(cmd, step) for cmd in cmds}
         if r.driven is not None:  # a framework checkpoint carries them (integrations)
             r.driven.changes.extend({"id": c["id"], "source": c.get("source", "api"),
                                      "values": c["values"], "applied_at_step": step}
@@ -141,14 +140,17 @@ class Boundary:
         if len(states) < len(cmds):
             r._post_status(wake=False)
         for i, c in enumerate(cmds):  # one wake-up for them all: a syscall and a cycle each
-            r._coord.post("applied", self.in_flight.pop(c["id"]), step,
-                          wake=i == len(cmds) - 1)
+            applied = self.in_flight.pop(c["id"])
+            applied.previous = replaced[c["id"]]
+            r._coord.post("applied", applied, step, wake=i == len(cmds) - 1)
 
-    def _effect(self, cmd: dict[str, Any], step: int) -> None:
+    def _effect(self, cmd: dict[str, Any], step: int) -> dict[str, Any]:
+        """Make one command take effect; a set's replaced values (the others': none)."""
         r = self.run
         op = cmd["op"]
+        replaced: dict[str, Any] = {}
         if op == "set":
-            r.store.apply(cmd["values"], step)
+            replaced = {n: old for n, (old, _) in r.store.apply(cmd["values"], step).items()}
             if "workers" in cmd["values"]:
                 self.resize_by = {"id": cmd["id"], "source": cmd.get("source", "api")}
         elif op == "rollback":
@@ -164,6 +166,7 @@ class Boundary:
             r.paused = False
         elif op == "stop":
             r.should_stop, r.paused = True, False
+        return replaced
 
     def rollback(self, cmd: dict[str, Any], step: int) -> None:
         r = self.run

@@ -29,6 +29,8 @@ class Command:
     # False for commands made on rank 0's training thread (lr_scaling): the coordinator did
     # not count them among those it queued.
     tracked: bool = True
+    # Once applied (rank 0): the values the set replaced, for the events log ("from what").
+    previous: dict[str, Any] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
         wire = {"op": self.op, "id": self.id, "source": self.source, "values": self.values}
@@ -40,13 +42,13 @@ class Command:
         """Every field, for the link between rank 0 and a coordinator process of its own."""
         return {"op": self.op, "id": self.id, "source": self.source, "values": self.values,
                 "req_id": self.req_id, "reason": self.reason, "extra": self.extra,
-                "tracked": self.tracked}
+                "tracked": self.tracked, "previous": self.previous}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Command:
         return cls(str(data["op"]), str(data["id"]), str(data["source"]),
                    dict(data["values"]), data["req_id"], str(data["reason"]),
-                   dict(data["extra"]), bool(data["tracked"]))
+                   dict(data["extra"]), bool(data["tracked"]), dict(data["previous"]))
 
 
 Send = Callable[[list[bytes], Message, dict[str, Any]], None]

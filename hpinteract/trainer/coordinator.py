@@ -237,9 +237,10 @@ class Coordinator(RequestDesk):
                                 "step": step, "snapshot_every": cmd.extra.get("every", 0)})
         if cmd.op in ("set", "rollback") and cmd.values:
             reply["values"] = cmd.values
+            was = {"previous": cmd.previous} if cmd.previous else {}
             self._record_event({
                 "kind": "change", "id": cmd.id, "source": cmd.source, "values": cmd.values,
-                "status": "applied", "applied_at_step": step, **why,
+                "status": "applied", "applied_at_step": step, **was, **why,
             })
         else:
             reply["state"] = cmd.op

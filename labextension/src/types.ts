@@ -56,6 +56,8 @@ export interface ICheckpoint {
 export interface IJobDetail extends IJobSummary {
   hparams: Record<string, unknown>;
   specs: Record<string, IHParamSpec>;
+  /** The names of hpinteract's own knobs (monitors, checkpoints, sync, workers). */
+  system: string[];
   last_changed: Record<string, number>;
   latest: Record<string, number | null>;
   events: IJobEvent[];

@@ -51,6 +51,7 @@ const detail = (): IJobDetail => ({
     batch_size: spec('int'),
     mode: spec('str', { choices: ['a', 'b'] })
   },
+  system: [],
   last_changed: {},
   latest: { loss: 0.5 },
   events: [],

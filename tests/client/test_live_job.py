@@ -161,6 +161,39 @@ def test_events_record_source_status_and_step(job):
     assert row["applied_at_step"] == ack.applied_at_step
 
 
+def test_a_change_records_the_values_it_replaced(job):
+    before = job.hparams["dropout"]
+    ack = job.set(dropout=0.125, reason="less regularisation")
+    ev = job.events()
+    row = ev[ev["id"] == ack.change_id].iloc[0]
+    assert row["previous"] == {"dropout": before} and row["reason"] == "less regularisation"
+
+
+def test_export_to_tensorboard_every_metric_and_each_change_at_its_step(job, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    before = job.hparams["lr"]
+    ack = job.set(lr=0.0125, source="export-test", reason="try lower")
+    wait_for_step(job, ack.applied_at_step + 2)
+    out = job.export("tensorboard", tmp_path)
+    assert out == tmp_path / job.id
+    acc = EventAccumulator(str(out), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    assert {"loss", "acc", "lr", "batch_size", "samples_per_s"} <= set(acc.Tags()["scalars"])
+    assert not {"epoch", "time"} & set(acc.Tags()["scalars"])  # bookkeeping stays out
+    lr = {e.step: e.value for e in acc.Scalars("lr")}
+    assert len(lr) == len(acc.Scalars("lr"))  # one point a step
+    assert lr[ack.applied_at_step] == pytest.approx(0.0125)
+    assert lr[ack.applied_at_step - 1] == pytest.approx(before)
+    texts = {e.step: e.tensor_proto.string_val[0].decode()
+             for e in acc.Tensors("hpinteract/changes")}
+    assert texts[ack.applied_at_step] == f"**lr** {before!r} → 0.0125 (by export-test): try lower"
+    job.export("tensorboard", tmp_path)  # again: replaces its own file
+    assert len(list(out.glob("events.out.tfevents.*"))) == 1
+    with pytest.raises(hpi.ConfigError, match="export format 'csv': one of tensorboard"):
+        job.export("csv", tmp_path)
+
+
 def test_connection_file_is_owner_only_and_sockets_listen_on_loopback_only(job):
     conn = job.run_dir.connection
     assert stat.S_IMODE(os.stat(conn).st_mode) == 0o600

@@ -35,7 +35,8 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = root / "after_fit.json"
     # The per-rank times every 10 steps (100 by default), so that several reach the log.
     job = hpi.launch(SCRIPT, nproc=2, hparams={"monitor_gns": 2, "monitor_ranks": 10}, args=[
-        "--epochs", "6", "--report", str(out), "--root", str(root), "--warmup", str(WARMUP)])
+        "--epochs", "6", "--report", str(out), "--root", str(root), "--warmup", str(WARMUP),
+        "--csv-log", str(root / "csv")])
     wait_for_step(job, 20)
     acks = {
         "lr": job.set(lr=0.004, reason="warmup too fast"),
@@ -65,7 +66,8 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     state = job.wait(120)
     return {"job": job, "acks": acks, "state": state, "out": out,
             "paused": (paused_at, still, resumed_at),
-            "refused": (str(bad_batch.value), str(bad_sync.value), str(bad_policy.value))}
+            "refused": (str(bad_batch.value), str(bad_sync.value), str(bad_policy.value)),
+            "csv": root / "csv" / "fit" / "version_0" / "metrics.csv"}
 
 
 def test_changes_apply_on_every_rank_at_the_acknowledged_step(fitted):
@@ -78,6 +80,21 @@ def test_changes_apply_on_every_rank_at_the_acknowledged_step(fitted):
     assert after["wd"] == [0.05, 0.05]
     assert after["clip"] == 0.5  # Trainer.gradient_clip_val
     assert after["dropout"] == 0.1  # the user's own, read by the module as callback.hp
+
+
+def test_changes_reach_the_trainers_own_logger_at_their_step(fitted):
+    """A CSVLogger here; TensorBoard, W&B or MLflow get the same log_metrics call."""
+    import csv
+
+    with open(fitted["csv"]) as f:
+        rows = list(csv.DictReader(f))
+    logged = {(int(r["step"]), name[len("hpinteract/"):], float(value))
+              for r in rows for name, value in r.items()
+              if name.startswith("hpinteract/") and value}
+    acks = fitted["acks"]
+    assert (acks["lr"].applied_at_step, "lr", 0.004) in logged
+    assert (acks["momentum"].applied_at_step, "momentum", 0.8) in logged
+    assert (acks["dropout"].applied_at_step, "dropout", 0.1) in logged
 
 
 def test_a_set_lr_is_the_next_steps_and_the_warmup_goes_on_from_it(fitted):

@@ -9,6 +9,7 @@ build/test-output/labextension/. (Chromium: see tests/lab.py.)
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from helpers import TOY, wait_for_step
@@ -59,7 +60,14 @@ def test_the_panel_watches_and_tunes_a_running_job(tmp_path, hpi_home):
                 item = page.locator(f'.hpi-job[data-job-id="{job.id}"]')
                 expect(item).to_be_visible(timeout=30_000)
                 expect(item.locator(".hpi-badge")).to_have_text("running")
-                item.click()
+                # While the job streams, a poll updates the row in place: the element under
+                # the pointer is the same one (a replaced element loses the click).
+                row_js = f'document.querySelector(\'.hpi-job[data-job-id="{job.id}"]\')'
+                page.evaluate(f"() => {{ {row_js}.hpiMark = 1; }}")
+                info = item.locator(".hpi-job-info")
+                expect(info).not_to_have_text(info.inner_text(), timeout=30_000)
+                assert page.evaluate(f"() => {row_js}.hpiMark") == 1
+                item.click()  # not forced: Playwright waits for a stable element
                 chart = page.locator(".hpi-line-loss").first
                 expect(chart).to_be_attached(timeout=30_000)
                 page.wait_for_function(
@@ -71,7 +79,15 @@ def test_the_panel_watches_and_tunes_a_running_job(tmp_path, hpi_home):
                     f".getAttribute('data-points') > {n0 + 10}", timeout=30_000)
                 expect(page.locator(".hpi-detail-head")).to_contain_text("loss")
 
-                lr = page.locator('tr[data-hparam="lr"] input')
+                # The script's hyper-parameters first; hpinteract's knobs folded apart.
+                system = page.locator('tr[data-hparam="checkpoint_every"]')
+                expect(system).to_be_hidden()
+                expect(page.locator('tr[data-hparam="sleep"]')).to_be_visible()
+                page.locator(".hpi-hparams .hpi-group th").click()
+                expect(system).to_be_visible()
+                page.locator(".hpi-hparams .hpi-group th").click()
+                expect(system).to_be_hidden()
+                lr = page.locator('tr[data-hparam="lr"] input[type=text]')
                 lr.fill("-1")
                 lr.press("Enter")
                 expect(page.locator('tr[data-hparam="lr"] .hpi-error')).to_contain_text(
@@ -87,9 +103,26 @@ def test_the_panel_watches_and_tunes_a_running_job(tmp_path, hpi_home):
                            .inner_text().split()[-1])
                 ev = job.events()
                 mine = ev[(ev.kind == "change") & (ev.source == "lab")]
-                assert mine.status.tolist() == ["rejected", "applied"], mine
+                assert mine.status.tolist()[:2] == ["rejected", "applied"], mine
                 assert "below the minimum" in mine.error.iloc[0]  # refused, logged, not applied
                 assert mine.applied_at_step.iloc[1] == step
+                # lr also has a slider on a log scale: dragged left, it goes down by the
+                # factor the text box shows, and is applied on release.
+                slider = page.locator('tr[data-hparam="lr"] input.hpi-log')
+                lo, hi, at = slider.evaluate("(el) => [+el.min, +el.max, +el.value]")
+                assert at == pytest.approx(math.log10(0.02))  # follows the value in force
+                box = slider.bounding_box()
+                assert box is not None
+                x, y = box["x"] + box["width"] * (at - lo) / (hi - lo), box["y"] + box["height"] / 2
+                page.mouse.move(x, y)  # on the thumb
+                page.mouse.down()
+                page.mouse.move(x - box["width"] / (hi - lo), y, steps=6)  # a decade to the left
+                page.mouse.up()
+                shown = float(lr.input_value())
+                assert 0.001 < shown < 0.006, shown  # about 0.002
+                expect(page.locator('tr[data-hparam="lr"] .hpi-since')).not_to_have_text(
+                    f"applied at step {step}", timeout=30_000)
+                assert hpi.attach(job.id).hparams["lr"] == pytest.approx(shown, rel=1e-9)
                 # The change shows as a marker on the chart, and in the events list.
                 expect(page.locator(".hpi-marker").first).to_be_attached(timeout=30_000)
                 expect(page.locator(".hpi-events")).to_contain_text("set lr=0.02")

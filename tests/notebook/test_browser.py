@@ -63,6 +63,30 @@ DENSITY_JS = """() => {
   return n / (range.end - range.start);
 }"""
 
+# Every figure drawn on the page: its name and box, and its x range's id.
+FIGURES_JS = """() => {
+  const out = [];
+  for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
+    if (m.type !== "Figure") continue;
+    const v = window.Bokeh.index.find_one(m);
+    if (!v || !v.el.isConnected) continue;
+    const r = v.el.getBoundingClientRect();
+    if (r.width > 0) out.push({name: m.name, x: r.left, y: r.top, w: r.width, h: r.height,
+                               xr: m.x_range.id});
+  }
+  return out;
+}"""
+# The change markers' hover labels.
+LABELS_JS = """() => {
+  const out = [];
+  for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
+    const data = m.data; if (!data || typeof data !== "object") continue;
+    const get = (k) => (data instanceof Map ? data.get(k) : data[k]);
+    const labels = get("label"); if (labels) out.push(...Array.from(labels));
+  }
+  return out;
+}"""
+
 pytestmark = browser_test
 
 
@@ -163,6 +187,30 @@ def drag_lr_slider(page, job) -> None:
                            timeout=30_000)
 
 
+def assert_dashboard_layout(page, shot: str) -> None:
+    """As a person sees the dashboard once lr was changed: the loss first, across the
+    width and taller; the others two a row; the lr (changed) drawn; one x range for all;
+    the lr change marked with where it came from and went to. A screenshot for review."""
+    page.wait_for_function(f"() => ({FIGURES_JS})().some((f) => f.name === 'learning rate')",
+                           timeout=30_000)
+    figs = sorted(page.evaluate(FIGURES_JS), key=lambda f: (round(f["y"]), f["x"]))
+    names = [f["name"] for f in figs]
+    assert names[0] == "loss", names
+    loss, rest = figs[0], figs[1:]
+    assert len(rest) >= 2, names
+    assert all(loss["w"] > 1.8 * f["w"] and loss["h"] > f["h"] for f in rest), figs
+    assert all(loss["y"] + loss["h"] <= f["y"] + 1 for f in rest), figs  # above them all
+    first_row = [f for f in rest if abs(f["y"] - rest[0]["y"]) < 2]
+    assert len(first_row) == 2 and first_row[0]["x"] < first_row[1]["x"], figs  # 2 columns
+    assert len({f["xr"] for f in figs}) == 1, figs  # zoom one, all follow
+    labels = page.evaluate(LABELS_JS)
+    assert any(lab.startswith("<b>lr</b> 0.01 &rarr; ") and "by widget" in lab
+               for lab in labels), labels
+    # The grid's first row at the bottom of the screen, the loss above it.
+    page.locator(".bk-Canvas").nth(1).scroll_into_view_if_needed()
+    page.screenshot(path=str(OUTPUT / f"{shot}-dashboard.png"))
+
+
 def launched_since(before: set[str]) -> hpi.Job:
     """The one job the notebook launched (not whichever is newest in the home)."""
     [new] = [j.id for j in hpi.jobs() if j.id not in before]
@@ -206,6 +254,7 @@ def test_notebook7_runs_the_quickstart_with_live_plots_and_a_working_slider(serv
         assert_points_grow(page)
         job = launched_since(before)
         drag_lr_slider(page, job)
+        assert_dashboard_layout(page, "notebook7")
         page.screenshot(path=str(OUTPUT / "notebook7-quickstart.png"), full_page=True)
         assert_one_widget_change(job)
         job.stop()
@@ -233,6 +282,7 @@ def test_jupyterlab_runs_the_quickstart_with_live_plots_and_a_working_slider(ser
         assert_points_grow(page)
         job = launched_since(before)
         drag_lr_slider(page, job)
+        assert_dashboard_layout(page, "jupyterlab")
         # Zooming in refines the view: the kernel decimates the visible window afresh,
         # so it holds points more densely than the whole-run view did. First let the
         # run grow well past a line's budget, so that the whole-run view is decimated.

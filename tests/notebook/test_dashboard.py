@@ -49,8 +49,11 @@ def test_the_dashboard_follows_and_controls_a_job(kernel):
         ev = job.events()
         applied = ev[(ev.kind == "change") & (ev.source == "widget")]
         assert applied.applied_at_step.tolist() == [step], (applied, step)
-        await until(lambda: any("lr = 0.01" in s for s in
-                                d.plots.figures["learning rate"].changes.data["label"]))
+        # its marker says from what to what, when and by whom (on the loss plot too)
+        for title in ("learning rate", "loss"):
+            await until(lambda: any(s.startswith("<b>lr</b> 0.05 &rarr; 0.01<br>step ")
+                                    and s.endswith(", by widget") for s in
+                                    d.plots.figures[title].changes.data["label"]))
     """)
     # A value the job refuses: the error is shown next to the control, nothing applied.
     kernel.run("""

@@ -79,6 +79,8 @@ async def test_jobs_list_and_detail(jp_fetch, job):
     code, detail = await call(jp_fetch, "jobs", job.id)
     assert code == 200
     assert detail["hparams"]["batch_size"] == 16 and detail["specs"]["lr"]["log"] is True
+    assert {"monitor_gns", "checkpoint_every", "sync", "workers"} <= set(detail["system"])
+    assert not {"lr", "batch_size"} & set(detail["system"])
     assert detail["events"] and detail["events"][0]["kind"] == "state"
     code, body = await call(jp_fetch, "jobs", "20000101-000000-abcdef")
     assert code == 404 and "no job" in body["error"]["message"]

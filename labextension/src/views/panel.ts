@@ -12,48 +12,98 @@ function loss(j: IJobSummary): string {
   return j.loss === null ? '' : `loss ${j.loss.toPrecision(4)}`;
 }
 
+/** One job's row: made once, then only its changed parts are written. */
+class JobRow {
+  constructor(id: string, select: () => void) {
+    this.node.className = 'hpi-job';
+    this.node.dataset.jobId = id;
+    this.name.className = 'hpi-job-id';
+    this.name.textContent = id;
+    this.info.className = 'hpi-job-info';
+    this.bar.max = 1;
+    this.node.append(this.badge, this.name, this.bar, this.info);
+    this.node.addEventListener('click', select);
+  }
+
+  readonly node = document.createElement('li');
+  private readonly badge = document.createElement('span');
+  private readonly name = document.createElement('span');
+  private readonly bar = document.createElement('progress');
+  private readonly info = document.createElement('span');
+
+  render(job: IJobSummary, selected: boolean): void {
+    set(this.node, 'title', job.script ?? job.id);
+    this.node.classList.toggle('hpi-selected', selected);
+    if (this.node.dataset.state !== job.state) {
+      this.node.dataset.state = job.state;
+      this.badge.className = `hpi-badge hpi-state-${job.state}`;
+      this.badge.textContent = job.state;
+    }
+    set(this.bar, 'value', job.progress ?? 0);
+    set(
+      this.info,
+      'textContent',
+      [`step ${job.step ?? 0}`, loss(job)].filter(Boolean).join(' · ')
+    );
+  }
+}
+
+/** Write a property only when it differs (a write would restyle, even when equal). */
+function set<T extends object, K extends keyof T>(el: T, key: K, value: T[K]): void {
+  if (el[key] !== value) {
+    el[key] = value;
+  }
+}
+
+/**
+ * The jobs, newest first. Keyed by job id: a poll updates the rows in place and moves
+ * or adds only what changed, so the row a user is about to click is never replaced
+ * under the pointer (a replaced element loses the click).
+ */
 export class JobList extends Widget {
   constructor(private readonly model: JobsModel) {
     super({ node: document.createElement('ul') });
     this.addClass('hpi-jobs');
+    this.empty.className = 'hpi-empty';
   }
 
   update(): void {
     const selected = this.model.selected?.id;
-    const items = this.model.jobs.map(job => {
-      const li = document.createElement('li');
-      li.className = 'hpi-job';
-      li.dataset.jobId = job.id;
-      li.dataset.state = job.state;
-      li.classList.toggle('hpi-selected', job.id === selected);
-      li.title = job.script ?? job.id;
-      const name = document.createElement('span');
-      name.className = 'hpi-job-id';
-      name.textContent = job.id;
-      const badge = document.createElement('span');
-      badge.className = `hpi-badge hpi-state-${job.state}`;
-      badge.textContent = job.state;
-      const bar = document.createElement('progress');
-      bar.max = 1;
-      bar.value = job.progress ?? 0;
-      const info = document.createElement('span');
-      info.className = 'hpi-job-info';
-      info.textContent = [`step ${job.step ?? 0}`, loss(job)]
-        .filter(Boolean)
-        .join(' · ');
-      li.append(badge, name, bar, info);
-      li.addEventListener('click', () => this.model.select(job.id));
-      return li;
-    });
-    if (items.length === 0) {
-      const li = document.createElement('li');
-      li.className = 'hpi-empty';
-      li.textContent =
-        this.model.error || 'No jobs yet: hpi.launch(...) or %hp launch.';
-      items.push(li);
+    const seen = new Set<string>();
+    const wanted: HTMLElement[] = [];
+    for (const job of this.model.jobs) {
+      let row = this.rows.get(job.id);
+      if (!row) {
+        row = new JobRow(job.id, () => this.model.select(job.id));
+        this.rows.set(job.id, row);
+      }
+      row.render(job, job.id === selected);
+      seen.add(job.id);
+      wanted.push(row.node);
     }
-    this.node.replaceChildren(...items);
+    for (const [id, row] of this.rows) {
+      if (!seen.has(id)) {
+        row.node.remove();
+        this.rows.delete(id);
+      }
+    }
+    if (wanted.length === 0) {
+      this.empty.textContent =
+        this.model.error || 'No jobs yet: hpi.launch(...) or %hp launch.';
+      wanted.push(this.empty);
+    } else {
+      this.empty.remove();
+    }
+    // Move only the rows out of place (a new job goes first; the rest stay where they are).
+    wanted.forEach((node, i) => {
+      if (this.node.children[i] !== node) {
+        this.node.insertBefore(node, this.node.children[i] ?? null);
+      }
+    });
   }
+
+  private readonly rows = new Map<string, JobRow>();
+  private readonly empty = document.createElement('li');
 }
 
 export class JobsPanel extends Panel {

@@ -1,0 +1,129 @@
+"""A job's history in the tools people already use: TensorBoard event files.
+
+Runs in: the user's process (a notebook kernel or the ``hpinteract export`` command), from
+the run directory's files alone (a job need not be running). Writes with TensorBoard's
+own event writer and protocol buffers, so the client still never imports torch
+(``torch.utils.tensorboard`` wraps the same writer). Every metric is a scalar at its
+step; every applied change is a text event at the step it took effect ("lr 0.1 -> 0.01
+by cli: reason"), as are resumes, restarts and resizes. A step run again after a resume
+or restart keeps its last value, as the dashboard draws it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..protocol.errors import ConfigError
+from ..protocol.rundir import RunDir
+from .bulk import load_history
+
+FORMATS = ("tensorboard",)
+SUFFIX = ".hpinteract"  # our event files: an export again replaces them
+BOOKKEEPING = frozenset({"epoch", "time", "eval"})
+CHANGES_TAG, EVENTS_TAG = "hpinteract/changes", "hpinteract/events"
+
+
+def export(run_dir: RunDir, fmt: str, path: str | Path) -> Path:
+    """Write the job's history as ``fmt`` under ``path``; the directory written."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"export format {fmt!r}: one of {', '.join(FORMATS)}")
+    return tensorboard(run_dir, Path(path))
+
+
+def _writer(logdir: Path) -> Any:
+    try:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:
+        raise ConfigError("exporting to TensorBoard needs the tensorboard package: "
+                          "pip install 'hpinteract[tensorboard]'") from None
+    for old in logdir.glob(f"events.out.tfevents.*{SUFFIX}"):
+        old.unlink()
+    return EventFileWriter(str(logdir), filename_suffix=SUFFIX)
+
+
+def tensorboard(run_dir: RunDir, path: Path) -> Path:
+    """One TensorBoard run per job: ``path/<job id>``, its event file written afresh."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    hist = load_history(run_dir)
+    logdir = path / run_dir.job_id
+    logdir.mkdir(parents=True, exist_ok=True)
+    writer = _writer(logdir)
+    clock = _clock(hist.columns.get("time"))
+    by_step: dict[int, list[Any]] = {}
+    for name, (xs, ys) in sorted(hist.columns.items()):
+        if name in BOOKKEEPING:
+            continue
+        steps, values = _last_per_step(xs, ys)
+        for step, value in zip(steps.tolist(), values.tolist(), strict=True):
+            by_step.setdefault(step, []).append(Summary.Value(tag=name, simple_value=value))
+    for step in sorted(by_step):
+        writer.add_event(Event(step=step, wall_time=clock(step),
+                               summary=Summary(value=by_step[step])))
+    # In step order, those of one step as one text: TensorBoard takes a step lower than
+    # the last of its tag for a restart and drops what came after it.
+    texts: dict[tuple[int, str], list[str]] = {}
+    for ev in hist.events:
+        tagged = _text_of(ev)
+        if tagged is not None:
+            tag, step, text = tagged
+            texts.setdefault((step, tag), []).append(text)
+    for (step, tag), lines in sorted(texts.items()):
+        writer.add_event(Event(step=step, wall_time=clock(step), summary=Summary(
+            value=[_text_value(tag, "  \n".join(lines))])))
+    writer.close()
+    return logdir
+
+
+def _last_per_step(xs: Any, ys: Any) -> tuple[Any, Any]:
+    """Each step once, with its last value (a step run again replaces the first run's)."""
+    xs, ys = np.asarray(xs, dtype=np.int64), np.asarray(ys, dtype=np.float64)
+    steps, first_from_end = np.unique(xs[::-1], return_index=True)
+    values = ys[::-1][first_from_end]
+    keep = np.isfinite(values)
+    return steps[keep], values[keep]
+
+
+def _clock(times: tuple[Any, Any] | None) -> Any:
+    """step -> the wall time the job logged it at (0 where unknown)."""
+    if times is None or not len(times[0]):
+        return lambda step: 0.0
+    steps, walls = _last_per_step(*times)
+    return lambda step: float(walls[min(int(np.searchsorted(steps, step)), len(steps) - 1)])
+
+
+def _text_of(ev: dict[str, Any]) -> tuple[str, int, str] | None:
+    """(tag, step, markdown) for an event worth seeing next to the curves."""
+    kind = ev.get("kind")
+    if kind == "change" and ev.get("status") == "applied":
+        prev = ev.get("previous") or {}
+        parts = [f"**{n}** {prev[n]!r} → {v!r}" if n in prev else f"**{n}** → {v!r}"
+                 for n, v in (ev.get("values") or {}).items()]
+        why = f": {ev['reason']}" if ev.get("reason") else ""
+        return CHANGES_TAG, int(ev.get("applied_at_step") or 0), \
+            f"{', '.join(parts)} (by {ev.get('source', '?')}){why}"
+    if kind in ("resume", "restart", "fork"):
+        return EVENTS_TAG, int(ev.get("step") or 0), \
+            f"{kind} from the checkpoint at step {ev.get('step')}"
+    if kind == "resize" and ev.get("status") == "done":
+        return EVENTS_TAG, int(ev.get("step") or 0), \
+            f"resized from {ev.get('from')} to {ev.get('to')} ranks"
+    return None
+
+
+def _text_value(tag: str, text: str) -> Any:
+    """A TensorBoard text summary (its text plugin's format)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+    from tensorboard.plugins.text.plugin_data_pb2 import TextPluginData
+
+    meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(
+        plugin_name="text", content=TextPluginData(version=0).SerializeToString()))
+    tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                         tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+    return Summary.Value(tag=tag, metadata=meta, tensor=tensor)
