@@ -1,7 +1,7 @@
 """A job's history in the tools people already use: TensorBoard event files.
 
 Runs in: the user's process (a notebook kernel or the ``hpinteract export`` command), from
-the run directory's files alone (a job need not be running). Writes with TensorBoard's
+the run directory's logs alone (a job need not be running). Writes with TensorBoard's
 own event writer and protocol buffers, so the client still never imports torch
 (``torch.utils.tensorboard`` wraps the same writer). Every metric is a scalar at its
 step; every applied change is a text event at the step it took effect ("lr 0.1 -> 0.01
@@ -18,7 +18,8 @@ import numpy as np
 
 from ..protocol.errors import ConfigError
 from ..protocol.rundir import RunDir
-from .bulk import load_history
+from .bulk import columns
+from .history import read_records
 
 FORMATS = ("tensorboard",)
 SUFFIX = ".hpinteract"  # our event files: an export again replaces them
@@ -49,34 +50,42 @@ def tensorboard(run_dir: RunDir, path: Path) -> Path:
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    hist = load_history(run_dir)
+    cols, events = _everything(run_dir)
     logdir = path / run_dir.job_id
     logdir.mkdir(parents=True, exist_ok=True)
     writer = _writer(logdir)
-    clock = _clock(hist.columns.get("time"))
+    clock = _clock(cols.get("time"))
     by_step: dict[int, list[Any]] = {}
-    for name, (xs, ys) in sorted(hist.columns.items()):
+    for name, (xs, ys) in sorted(cols.items()):
         if name in BOOKKEEPING:
             continue
         steps, values = _last_per_step(xs, ys)
         for step, value in zip(steps.tolist(), values.tolist(), strict=True):
             by_step.setdefault(step, []).append(Summary.Value(tag=name, simple_value=value))
-    for step in sorted(by_step):
-        writer.add_event(Event(step=step, wall_time=clock(step),
-                               summary=Summary(value=by_step[step])))
-    # In step order, those of one step as one text: TensorBoard takes a step lower than
-    # the last of its tag for a restart and drops what came after it.
-    texts: dict[tuple[int, str], list[str]] = {}
-    for ev in hist.events:
+    # In step order, texts and scalars together, those of one step as one text: TensorBoard
+    # takes a step lower than the last it read for a restart, and drops what it had read
+    # from that step on, on every tag.
+    texts: dict[int, dict[str, list[str]]] = {}
+    for ev in events:
         tagged = _text_of(ev)
         if tagged is not None:
             tag, step, text = tagged
-            texts.setdefault((step, tag), []).append(text)
-    for (step, tag), lines in sorted(texts.items()):
-        writer.add_event(Event(step=step, wall_time=clock(step), summary=Summary(
-            value=[_text_value(tag, "  \n".join(lines))])))
+            texts.setdefault(step, {}).setdefault(tag, []).append(text)
+    for step in sorted(set(by_step) | set(texts)):
+        values = by_step.get(step, []) + [_text_value(tag, "  \n".join(lines))
+                                          for tag, lines in texts.get(step, {}).items()]
+        writer.add_event(Event(step=step, wall_time=clock(step),
+                               summary=Summary(value=values)))
     writer.close()
     return logdir
+
+
+def _everything(run_dir: RunDir) -> tuple[dict[str, tuple[Any, Any]], list[dict[str, Any]]]:
+    """Every metric as columns and every event, from the JSON-lines logs themselves (the
+    record of truth; an export is read once, so the columnar copy's speed is not needed)."""
+    cols = columns(read_records(run_dir.metrics_log))
+    return ({n: (np.asarray(xs), np.asarray(ys)) for n, (xs, ys) in cols.items()},
+            read_records(run_dir.events_log))
 
 
 def _last_per_step(xs: Any, ys: Any) -> tuple[Any, Any]:

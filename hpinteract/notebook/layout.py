@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from bokeh.models import Row, Spacer
 
 LOSS, LEARNED, HPARAMS, SYSTEM = range(4)
 # The system figures, in this order: a straggler and a noisy throughput explain each other.
@@ -49,20 +50,20 @@ def ordered(titles: Sequence[str], hparam_titles: Collection[str]) -> list[str]:
     return sorted(titles, key=key)
 
 
-def grid(figures: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Children of a Bokeh ``GridBox``: the loss (first, when there is one) over the
-    whole width, the others COLUMNS a row."""
-    out: list[tuple[Any, ...]] = []
-    row = col = 0
-    for i, fig in enumerate(figures):
-        if i == 0 and getattr(fig, "name", None) == "loss":
-            out.append((fig, 0, 0, 1, COLUMNS))
-            row = 1
-            continue
-        out.append((fig, row, col))
-        col += 1
-        if col == COLUMNS:
-            row, col = row + 1, 0
+def rows(figures: Sequence[Any]) -> list[Any]:
+    """The plots column's children: the loss (first, when there is one) alone across the
+    width, then the others COLUMNS to a Bokeh ``Row`` (a last one short of figures keeps
+    its share: a Spacer fills the rest). Rows of a column, not a ``GridBox``: BokehJS's
+    grid lays its model's children out even while the views of children just added are
+    being built, and fails (a page error, seen in Notebook 7); a flex row lays out the
+    views it has."""
+    rest = list(figures)
+    out: list[Any] = [rest.pop(0)] if rest and getattr(rest[0], "name", None) == "loss" \
+        else []
+    for i in range(0, len(rest), COLUMNS):
+        group = rest[i : i + COLUMNS]
+        group += [Spacer(sizing_mode="stretch_width") for _ in range(COLUMNS - len(group))]
+        out.append(Row(children=group, sizing_mode="stretch_width"))
     return out
 
 

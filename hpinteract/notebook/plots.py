@@ -20,7 +20,7 @@ import ipywidgets as w
 import numpy as np
 from bokeh.events import RangesUpdate, Reset
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, GridBox
+from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10_10
 
 from . import layout
@@ -82,10 +82,7 @@ class LivePlots:
         # What never changed, as HTML: shown by the dashboard as a widget above the plots
         # (a Bokeh Div would need BokehJS's widgets bundle in the page too).
         self.unchanged = ""
-        # Columns of equal width: CSS grid's "1fr" tracks.
-        tracks: Any = ["1fr"] * layout.COLUMNS
-        self.grid = GridBox(children=[], sizing_mode="stretch_width", cols=tracks)
-        self.layout = column([self.grid], sizing_mode="stretch_width")
+        self.layout = column(sizing_mode="stretch_width")
         self._x_range: Any = None
 
     # ---- data in (any order; cheap) -----------------------------------------------------
@@ -180,9 +177,9 @@ class LivePlots:
             else:
                 still.update({n: float(self.series[n].y[0]) for n in fig.lines
                               if self.series[n].n})
-        if shown != self._shown:
+        if shown != self._shown:  # one change of the layout, however many figures
             self._shown = shown
-            self.grid.children = layout.grid([self.figures[t].fig for t in shown])
+            self.layout.children = layout.rows([self.figures[t].fig for t in shown])
         self.unchanged = layout.unchanged_text(still)
         per_rank = self.figures.get("step and data time per rank (s)")
         if per_rank is not None and self._straggler is not None:

@@ -16,7 +16,7 @@ from collections import Counter
 import pandas as pd
 import pytest
 import zmq
-from helpers import TOY, trace, wait_for_step
+from helpers import TOY, trace, until, wait_for_step
 
 import hpinteract as hpi
 import hpinteract.client.channel as channel_module
@@ -174,7 +174,9 @@ def test_export_to_tensorboard_every_metric_and_each_change_at_its_step(job, tmp
 
     before = job.hparams["lr"]
     ack = job.set(lr=0.0125, source="export-test", reason="try lower")
-    wait_for_step(job, ack.applied_at_step + 2)
+    # The export reads the run directory: wait for the step to be written there (the
+    # status announces a step before the coordinator's next write of the log).
+    until(lambda: job.metrics().step.max() > ack.applied_at_step, what="the step on disk")
     out = job.export("tensorboard", tmp_path)
     assert out == tmp_path / job.id
     acc = EventAccumulator(str(out), size_guidance={"scalars": 0, "tensors": 0})

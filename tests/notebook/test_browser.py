@@ -68,11 +68,11 @@ FIGURES_JS = """() => {
   const out = [];
   for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
     if (m.type !== "Figure") continue;
-    const v = window.Bokeh.index.find_one(m);
-    if (!v || !v.el.isConnected) continue;
-    const r = v.el.getBoundingClientRect();
-    if (r.width > 0) out.push({name: m.name, x: r.left, y: r.top, w: r.width, h: r.height,
-                               xr: m.x_range.id});
+    for (const v of window.Bokeh.index.find(m)) {  // the view on the page, not a removed one
+      const r = v.el.isConnected ? v.el.getBoundingClientRect() : null;
+      if (r && r.width > 0) out.push({name: m.name, x: r.left, y: r.top, w: r.width,
+                                      h: r.height, xr: m.x_range.id});
+    }
   }
   return out;
 }"""

@@ -14,7 +14,16 @@ STEPS = np.arange(100.0)
 
 
 def placed(plots: LivePlots) -> list[tuple[object, ...]]:
-    return [(c[0].name, *c[1:]) for c in plots.grid.children]
+    """(title, row, column) of each figure shown, (title, row, 0, 1, 2) for one alone
+    across both columns."""
+    out: list[tuple[object, ...]] = []
+    for r, child in enumerate(plots.layout.children):
+        if type(child).__name__ == "Row":
+            out += [(f.name, r, c) for c, f in enumerate(child.children)
+                    if type(f).__name__ == "figure"]
+        else:
+            out.append((child.name, r, 0, 1, 2))
+    return out
 
 
 def fed(**series: object) -> LivePlots:

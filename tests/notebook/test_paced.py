@@ -54,7 +54,8 @@ def plots_with_page(stale_s: float = 60.0) -> tuple[LivePlots, PacedBokeh, Page]
 def test_one_update_is_one_patch_whose_last_event_is_the_counter():
     plots, widget, page = plots_with_page()
     plots.add_points("loss", np.arange(10.0, 15.0), np.zeros(5))
-    plots.add_points("lr", np.arange(10.0, 15.0), np.full(5, 0.1))  # a new figure
+    # a new figure (a hyper-parameter that never changed would be text, not a figure)
+    plots.add_points("lr", np.arange(10.0, 15.0), np.array([0.1, 0.1, 0.1, 0.05, 0.05]))
     assert widget.draw(plots.pump)
     [patch] = page.patches
     kinds = [e["kind"] for e in patch["events"]]
