@@ -36,6 +36,8 @@ def until(cond, timeout=60.0, what="condition", poll_s=0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()
+        if getattr(value, "shape", None) == ():  # a numpy scalar: np.False_ is not False
+            value = bool(value)
         if value is not None and value is not False and (not hasattr(value, "__len__")
                                                          or len(value)):
             return value
