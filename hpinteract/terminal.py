@@ -24,6 +24,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Column, Table
 from rich.text import Text
 
+from .protocol.changes import Applied
+
 LINES_PER_S = 2.0  # into a pipe or a file: a readable log, not a flood
 REDRAWS_PER_S = 10.0  # on a terminal: smooth, yet light over a slow ssh link
 RATE_WINDOW_S = 20.0  # the rate and ETA follow the last this many seconds of the job
@@ -77,8 +79,10 @@ def event_line(rec: dict[str, Any]) -> str:
     if kind == "change":
         raw = rec.get("values")
         vals = assignments(raw) if isinstance(raw, dict) else str(raw)
-        if rec.get("status") == "applied":
-            return f"* set {vals} at step {rec.get('applied_at_step')} (from {src})"
+        change = Applied.of(rec)
+        if change is not None:
+            why = f": {change.reason}" if change.reason else ""
+            return f"* set {vals} at step {change.step} (from {change.source}){why}"
         return f"* set {vals} {rec.get('status')} (from {src}): {rec.get('error')}"
     if kind == "state":
         at = f" at step {rec['step']}" if rec.get("step") is not None else ""
@@ -112,6 +116,8 @@ class Pace:
         return f"{(s1 - s0) / (t1 - t0):.3g} steps/s"
 
     def eta(self) -> str:
+        if not self.seen:
+            return "ETA -:--:--"
         (t0, _, p0), (t1, _, p1) = self.seen[0], self.seen[-1]
         if p0 is None or p1 is None or p1 <= p0:
             return "ETA -:--:--"

@@ -29,6 +29,10 @@ def test_metric_and_event_lines() -> None:
     assert terminal.event_line({"kind": "change", "values": {"lr": 0.1}, "status": "applied",
                                 "applied_at_step": 9, "source": "cli"}) == \
         "* set lr=0.1 at step 9 (from cli)"
+    assert terminal.event_line({"kind": "change", "values": {"lr": 0.1}, "status": "applied",
+                                "applied_at_step": 9, "source": "policy:plateau",
+                                "reason": "loss flat"}) == \
+        "* set lr=0.1 at step 9 (from policy:plateau): loss flat"
     assert terminal.event_line({"kind": "change", "values": {"lr": "x"}, "status": "rejected",
                                 "source": "api", "error": "lr must be float"}) == \
         '* set lr="x" rejected (from api): lr must be float'
@@ -42,7 +46,7 @@ def test_metric_and_event_lines() -> None:
 
 def test_rate_and_eta_follow_the_jobs_clock() -> None:
     pace = terminal.Pace()
-    assert pace.rate() == ""
+    assert pace.rate() == "" and pace.eta() == "ETA -:--:--"
     for i in range(11):  # 5 steps a second, 1 % of the job a second
         pace.add(rec(5 * i, 100.0 + i, progress=0.01 * i))
     assert pace.rate() == "5 steps/s"

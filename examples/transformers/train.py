@@ -32,6 +32,8 @@ parser.add_argument("--eval-every", type=int, default=50)
 parser.add_argument("--output-dir", default="hf-out")
 parser.add_argument("--resume", default=None, help="a checkpoint-<step> folder")
 parser.add_argument("--report", default=None, help="write what train() ended with (JSON)")
+parser.add_argument("--report-to", nargs="*", default=[],
+                    help="the Trainer's trackers (tensorboard, wandb, mlflow)")
 args = parser.parse_args()
 
 
@@ -62,7 +64,7 @@ def main() -> None:
         output_dir=args.output_dir, use_cpu=True,
         # gloo between CPU ranks; one process needs no process group at all
         ddp_backend="gloo" if "WORLD_SIZE" in os.environ else None,
-        report_to=[], max_steps=args.steps, learning_rate=1e-3,
+        report_to=args.report_to, max_steps=args.steps, learning_rate=1e-3,
         lr_scheduler_type=args.schedule, warmup_steps=args.warmup,
         per_device_train_batch_size=args.batch, max_grad_norm=args.clip, logging_steps=1,
         save_strategy="no", eval_strategy="steps", eval_steps=args.eval_every,

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ..protocol.changes import Applied
 from ..protocol.errors import ConfigError
 from ..protocol.rundir import RunDir
-from .bulk import columns
+from .bulk import columns, load_history
 from .history import read_records
 
 FORMATS = ("tensorboard",)
@@ -81,11 +82,16 @@ def tensorboard(run_dir: RunDir, path: Path) -> Path:
 
 
 def _everything(run_dir: RunDir) -> tuple[dict[str, tuple[Any, Any]], list[dict[str, Any]]]:
-    """Every metric as columns and every event, from the JSON-lines logs themselves (the
-    record of truth; an export is read once, so the columnar copy's speed is not needed)."""
-    cols = columns(read_records(run_dir.metrics_log))
-    return ({n: (np.asarray(xs), np.asarray(ys)) for n, (xs, ys) in cols.items()},
-            read_records(run_dir.events_log))
+    """Every metric as columns and every event: the columnar copy where the job has one
+    (bulk.load_history, as the dashboard reads it), then the JSON-lines logs after it."""
+    hist = load_history(run_dir)
+    cols = {n: (np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64))
+            for n, (xs, ys) in hist.columns.items()}
+    for name, (xs, ys) in columns(read_records(run_dir.metrics_log,
+                                               since=hist.last_seq)).items():
+        old_xs, old_ys = cols.get(name, (np.empty(0), np.empty(0)))
+        cols[name] = (np.concatenate([old_xs, xs]), np.concatenate([old_ys, ys]))
+    return cols, hist.events + read_records(run_dir.events_log, since=hist.last_seq)
 
 
 def _last_per_step(xs: Any, ys: Any) -> tuple[Any, Any]:
@@ -107,14 +113,13 @@ def _clock(times: tuple[Any, Any] | None) -> Any:
 
 def _text_of(ev: dict[str, Any]) -> tuple[str, int, str] | None:
     """(tag, step, markdown) for an event worth seeing next to the curves."""
-    kind = ev.get("kind")
-    if kind == "change" and ev.get("status") == "applied":
-        prev = ev.get("previous") or {}
+    kind, change = ev.get("kind"), Applied.of(ev)
+    if change is not None:
+        prev = change.previous
         parts = [f"**{n}** {prev[n]!r} → {v!r}" if n in prev else f"**{n}** → {v!r}"
-                 for n, v in (ev.get("values") or {}).items()]
-        why = f": {ev['reason']}" if ev.get("reason") else ""
-        return CHANGES_TAG, int(ev.get("applied_at_step") or 0), \
-            f"{', '.join(parts)} (by {ev.get('source', '?')}){why}"
+                 for n, v in change.values.items()]
+        why = f": {change.reason}" if change.reason else ""
+        return CHANGES_TAG, change.step, f"{', '.join(parts)} (by {change.source}){why}"
     if kind in ("resume", "restart", "fork"):
         return EVENTS_TAG, int(ev.get("step") or 0), \
             f"{kind} from the checkpoint at step {ev.get('step')}"

@@ -263,7 +263,8 @@ class Job:
         """The control panel and live plots of this job, for a notebook cell: one control
         per hyper-parameter, pause/resume/stop, progress, and plots of every metric that
         keep updating while the kernel stays free. Options: ``metrics`` (names to plot),
-        ``smoothing`` (0-0.99), ``log``, ``budget`` (points per line)."""
+        ``smoothing`` (0-0.99), ``log``, ``budget`` (points per line), ``columns``
+        (figures a row: 2, 1 for a narrow cell)."""
         return _dashboard()(self, **options)
 
     def plot(self, metrics: list[str] | None = None, **options: Any) -> Any:

@@ -17,6 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from ..protocol.changes import Applied
 from ..protocol.errors import ConfigError
 from ..protocol.hparams import HParam
 from ..trainer.checkpoint import Written
@@ -105,15 +106,18 @@ class FrameworkJob:
                               "training (its train-start hook)")
         return self._final
 
-    def fresh_changes(self) -> list[dict[str, Any]]:
-        """The changes applied since the last call ({id, source, values, applied_at_step}),
-        for the framework's own loggers: where its users already look."""
+    def fresh_changes(self) -> list[Applied]:
+        """The changes applied since the last call, for the framework's own loggers and
+        trackers: where its users already look."""
         run = self.run
         if run is None or run.driven is None:
             return []
         fresh = run.driven.changes[self._told:]
         self._told = len(run.driven.changes)
-        return [c for c in fresh if c.get("applied_at_step") is not None]
+        return [Applied(int(c["applied_at_step"]), str(c.get("source") or "?"),
+                        dict(c["values"]), dict(c.get("previous") or {}),
+                        str(c["reason"]) if c.get("reason") else None)
+                for c in fresh if c.get("applied_at_step") is not None]
 
     # ---- the start ----------------------------------------------------------------------
     def start(self, found: Found, driven: Driven,

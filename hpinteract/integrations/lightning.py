@@ -30,6 +30,7 @@ from ..protocol.hparams import HParam
 from ..trainer.commands import Command
 from ..trainer.driven import Driven
 from .adapter import Found, FrameworkJob, WithRun, fixed
+from .reporters import TEXT_TAG, numbers, text
 
 _BASES: list[type] = []
 try:
@@ -197,21 +198,17 @@ class HPInteractCallback(WithRun, *_BASES):  # type: ignore[misc]
         """Rank 0: each change to the Trainer's loggers, at its step: the numbers as
         ``hpinteract/<name>`` metrics (any logger: TensorBoard, W&B, CSV, MLflow), a line
         of text where the logger's experiment takes text (TensorBoard's add_text)."""
+        if not trainer.is_global_zero:
+            return  # the loggers write on rank 0 only (Lightning's rank_zero_only)
         fresh = self._job.fresh_changes()
-        if not fresh or not trainer.is_global_zero:
-            return
         for change in fresh:
-            step, values = int(change["applied_at_step"]), change["values"]
-            numbers = {f"hpinteract/{n}": float(v) for n, v in values.items()
-                       if isinstance(v, int | float) and not isinstance(v, bool)}
-            text = ", ".join(f"{n} = {v!r}" for n, v in values.items()) + \
-                f" (by {change.get('source', '?')})"
+            nums, line = numbers(change), text(change)
             for logger in trainer.loggers:
-                if numbers:
-                    logger.log_metrics(numbers, step=step)
+                if nums:
+                    logger.log_metrics(nums, step=change.step)
                 add_text = getattr(getattr(logger, "experiment", None), "add_text", None)
                 if callable(add_text):
-                    add_text("hpinteract/changes", text, step)
+                    add_text(TEXT_TAG, line, change.step)
 
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
         if self._job.run is not None:

@@ -14,7 +14,8 @@ starts, so ``set(batch_size=...)`` is refused with that reason. Stop is
 ``control.should_training_stop`` on every rank at the same step; checkpoint-now is
 ``control.should_save``: the Trainer's own ``checkpoint-<step>`` folder, whose
 ``trainer_state.json`` carries hpinteract's state (this callback is an ExportableState),
-so ``train(resume_from_checkpoint=...)`` keeps the values in force and the history.
+so ``train(resume_from_checkpoint=...)`` keeps the values in force and the history. Each
+change also goes to the trackers of ``report_to`` (TensorBoard, W&B, MLflow: reporters.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..protocol.hparams import HParam
 from ..trainer.commands import Command
 from ..trainer.driven import Driven
 from .adapter import Found, FrameworkJob, WithRun, fixed
+from .reporters import Reporters
 
 WHY_BATCH = ("the Trainer sizes its loader and counts its steps from "
              "per_device_train_batch_size and gradient_accumulation_steps once, when train() "
@@ -63,6 +65,8 @@ class HPInteractCallback(WithRun, TrainerCallback, ExportableState):
         self._saving: tuple[Command | None, int, float] | None = None  # asked, not yet on disk
         self._micro = 0
         self._ending = False
+        self._made = time.time()  # the trackers' run directories are newer
+        self._reporters: Reporters | None = None
 
     def state(self) -> dict[str, Any]:
         """ExportableState: hpinteract's part of the Trainer's checkpoints."""
@@ -90,6 +94,8 @@ class HPInteractCallback(WithRun, TrainerCallback, ExportableState):
         saved = ((mine.get("attributes") or {}).get("hpinteract") or None
                  if isinstance(mine, dict) else None)
         self._args = args
+        if state.is_world_process_zero:
+            self._reporters = Reporters(args.report_to, args.output_dir, self._made)
         driven = Driven("transformers", lambda hp: (per_rank, accum), self._save,
                         progress=lambda: (state.global_step / state.max_steps
                                           if state.max_steps else None),
@@ -158,6 +164,8 @@ class HPInteractCallback(WithRun, TrainerCallback, ExportableState):
         # just after this event, in on_log.
         if self._job.step(None, {}):
             control.should_training_stop = True
+        if self._reporters is not None and self._reporters.active:
+            self._reporters.tell(self._job.fresh_changes())
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None,
                **kwargs: Any) -> None:
@@ -196,6 +204,8 @@ class HPInteractCallback(WithRun, TrainerCallback, ExportableState):
         if self._job.run is None:
             return
         self._ending = True
+        if self._reporters is not None:
+            self._reporters.close()
         self._job.finish()
 
     # ---- checkpoints --------------------------------------------------------------------

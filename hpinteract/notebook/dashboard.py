@@ -17,6 +17,7 @@ from typing import Any
 import ipywidgets as w
 
 from ..client.bulk import columns, load_history
+from ..protocol.changes import Applied
 from ..protocol.errors import HpiTimeout
 from .live import Feed, Ticker, Worker, show
 from .paced import PacedBokeh
@@ -31,11 +32,13 @@ class Dashboard:
     the last expression of a cell; it keeps updating until the job ends or ``close()``."""
 
     def __init__(self, job: Any, metrics: list[str] | None = None, controls: bool = True,
-                 smoothing: float = 0.0, log: bool = False, budget: int = 2000) -> None:
+                 smoothing: float = 0.0, log: bool = False, budget: int = 2000,
+                 columns: int = 2) -> None:
         self.job = job
         status = _status(job)
         self.plots = LivePlots(metrics, budget=budget, smoothing=smoothing, log=log,
-                               hparams=set(HPARAM_METRICS) | set(status.get("specs") or {}))
+                               hparams=set(HPARAM_METRICS) | set(status.get("specs") or {}),
+                               columns=columns)
         self._epochs = status.get("epochs")
         self.worker = Worker()
         self.panel: ControlPanel | None = None
@@ -110,11 +113,11 @@ class Dashboard:
         return True
 
     def _event(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("kind")
-        if kind == "change" and ev.get("status") == "applied":
-            step = float(ev.get("applied_at_step", 0))
-            for name, value in (ev.get("values") or {}).items():
-                self.plots.add_change(step, change_label(name, value, ev), name)
+        kind, change = ev.get("kind"), Applied.of(ev)
+        if change is not None:
+            for name, value in change.values.items():
+                self.plots.add_change(float(change.step), change_label(name, value, change),
+                                      name)
             if self.panel is not None:
                 self.panel.on_change(ev)
         elif kind in ("resume", "restart", "fork"):
@@ -183,16 +186,15 @@ class Dashboard:
         show(self.widget)
 
 
-def change_label(name: str, value: Any, ev: dict[str, Any]) -> str:
+def change_label(name: str, value: Any, change: Applied) -> str:
     """A change marker's hover text (HTML, every part escaped): what changed from what to
     what, at which step, by whom, and why."""
-    prev = ev.get("previous") or {}
+    prev = change.previous
     was = f"{html.escape(str(prev[name]))} &rarr; " if name in prev else ""
     text = (f"<b>{html.escape(name)}</b> {was}{html.escape(str(value))}<br>"
-            f"step {int(ev.get('applied_at_step', 0))}, by "
-            f"{html.escape(str(ev.get('source', '?')))}")
-    if ev.get("reason"):
-        text += f"<br><i>{html.escape(str(ev['reason']))}</i>"
+            f"step {change.step}, by {html.escape(change.source)}")
+    if change.reason:
+        text += f"<br><i>{html.escape(change.reason)}</i>"
     return text
 
 

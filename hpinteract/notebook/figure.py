@@ -46,7 +46,6 @@ class Figure:
                           size=9, color="#555555")
         f.add_tools(HoverTool(renderers=[marks], tooltips="@label{safe}"))
         self.raw: dict[str, Any] = {}  # the unsmoothed lines, shown faintly when smoothed
-        self.main: list[Any] = []
         self.hover = HoverTool(renderers=[], mode="vline", tooltips=[
             ("line", "$name"), ("step", "@x{0,0}"), ("value", "@y{0.0000g}"),
             ("raw", "@raw{0.0000g}")])
@@ -68,7 +67,6 @@ class Figure:
                                     visible=smoothing > 0)
             line = f.line("x", "y", source=src, color=color, line_width=1.8,
                           legend_label=name, name=name)
-        self.main.append(line)
         self.hover.renderers = [*self.hover.renderers, line]
         f.legend.location, f.legend.click_policy = "top_left", "hide"
 

@@ -6,7 +6,8 @@ learning well? Accuracy and the script's own metrics next. What is in force, and
 change help? The hyper-parameters as step lines, each change marked on them and on the
 loss. Is a rank slow, could the batch grow? The system last: throughput, per-rank times
 with the straggler ratio, the gradient noise scale next to the batch size. Two figures a
-row: a notebook cell is wide, and a single column pushes half of them out of sight. A
+row by default (``job.dashboard(columns=1)`` for a narrow cell, 3 for a wide screen): a
+notebook cell is wide, and a single column pushes half of them out of sight. A
 hyper-parameter or system series that never changed would be a flat line taking a
 figure's room: it is a line of text until it changes.
 """
@@ -24,7 +25,7 @@ LOSS, LEARNED, HPARAMS, SYSTEM = range(4)
 # The system figures, in this order: a straggler and a noisy throughput explain each other.
 SYSTEM_TITLES = ("throughput (samples/s)", "step and data time per rank (s)",
                  "step time (s)", "gradient noise scale", "gradient norm")
-COLUMNS = 2
+COLUMNS, MAX_COLUMNS = 2, 4
 LOSS_HEIGHT, HEIGHT = 300, 220
 
 
@@ -50,9 +51,9 @@ def ordered(titles: Sequence[str], hparam_titles: Collection[str]) -> list[str]:
     return sorted(titles, key=key)
 
 
-def rows(figures: Sequence[Any]) -> list[Any]:
+def rows(figures: Sequence[Any], columns: int = COLUMNS) -> list[Any]:
     """The plots column's children: the loss (first, when there is one) alone across the
-    width, then the others COLUMNS to a Bokeh ``Row`` (a last one short of figures keeps
+    width, then the others ``columns`` to a Bokeh ``Row`` (a last one short of figures keeps
     its share: a Spacer fills the rest). Rows of a column, not a ``GridBox``: BokehJS's
     grid lays its model's children out even while the views of children just added are
     being built, and fails (a page error, seen in Notebook 7); a flex row lays out the
@@ -60,9 +61,9 @@ def rows(figures: Sequence[Any]) -> list[Any]:
     rest = list(figures)
     out: list[Any] = [rest.pop(0)] if rest and getattr(rest[0], "name", None) == "loss" \
         else []
-    for i in range(0, len(rest), COLUMNS):
-        group = rest[i : i + COLUMNS]
-        group += [Spacer(sizing_mode="stretch_width") for _ in range(COLUMNS - len(group))]
+    for i in range(0, len(rest), columns):
+        group = rest[i : i + columns]
+        group += [Spacer(sizing_mode="stretch_width") for _ in range(columns - len(group))]
         out.append(Row(children=group, sizing_mode="stretch_width"))
     return out
 

@@ -23,6 +23,7 @@ from bokeh.layouts import column
 from bokeh.models import ColumnDataSource
 from bokeh.palettes import Category10_10
 
+from ..protocol.errors import ConfigError
 from . import layout
 from .figure import Figure
 from .series import Series, SeriesView
@@ -63,7 +64,13 @@ class LivePlots:
     def __init__(self, metrics: Iterable[str] | None = None, budget: int = 2000,
                  smoothing: float = 0.0, log: bool = False,
                  group: Callable[[str], str] = group_of,
-                 hparams: Iterable[str] = HPARAM_METRICS) -> None:
+                 hparams: Iterable[str] = HPARAM_METRICS,
+                 columns: int = layout.COLUMNS) -> None:
+        if isinstance(columns, bool) or not isinstance(columns, int) or \
+                not 1 <= columns <= layout.MAX_COLUMNS:
+            raise ConfigError(f"columns={columns!r}: figures a row, an integer from 1 to "
+                              f"{layout.MAX_COLUMNS}")
+        self.columns = columns
         self.only = set(metrics) if metrics is not None else None
         self.group = group
         # Figures of hyper-parameters: step lines, in the layout's hyper-parameter section.
@@ -78,6 +85,7 @@ class LivePlots:
         self._zoom: tuple[float | None, float | None] | None = None
         self._varying: set[str] = set()  # series whose value has changed at least once
         self._shown: list[str] = []  # the figures in the grid, in order
+        self._arranged_for: tuple[int, int] | None = None  # (lines, varying) then
         self._straggler: float | None = None
         # What never changed, as HTML: shown by the dashboard as a widget above the plots
         # (a Bokeh Div would need BokehJS's widgets bundle in the page too).
@@ -133,7 +141,9 @@ class LivePlots:
         for name in self.views:
             if name not in self._sources:
                 self._new_line(name)
-        self._arrange()
+        if self._arranged_for != (len(self._sources), len(self._varying)):
+            self._arrange()
+        self._title_straggler()
         for name in self._redraw & set(self._sources):
             self._sources[name].data = self.views[name].full()
         self._redraw.clear()
@@ -165,8 +175,10 @@ class LivePlots:
 
     def _arrange(self) -> None:
         """The figures in the layout's order; one that only holds series that never
-        changed (a hyper-parameter or system figure) is a line of text instead. The grid
-        is sent again only when what it shows changed."""
+        changed (a hyper-parameter or system figure) is a line of text instead. Called
+        when a line came or a series first changed; the grid is sent again only when
+        what it shows changed."""
+        self._arranged_for = (len(self._sources), len(self._varying))
         titles = layout.ordered(list(self.figures), self.hparam_titles)
         shown, still = [], {}
         for t in titles:
@@ -179,8 +191,11 @@ class LivePlots:
                               if self.series[n].n})
         if shown != self._shown:  # one change of the layout, however many figures
             self._shown = shown
-            self.layout.children = layout.rows([self.figures[t].fig for t in shown])
+            self.layout.children = layout.rows([self.figures[t].fig for t in shown],
+                                               self.columns)
         self.unchanged = layout.unchanged_text(still)
+
+    def _title_straggler(self) -> None:
         per_rank = self.figures.get("step and data time per rank (s)")
         if per_rank is not None and self._straggler is not None:
             title = f"{per_rank.title} · straggler ratio {self._straggler:.2f}"
@@ -235,6 +250,7 @@ class LivePlots:
             self._listen(fig.redraw(log, self._smoothing_of))
         self._shown = []  # new figures: the grid is built again
         self._arrange()
+        self._title_straggler()
 
     def _listen(self, f: Any) -> None:
         f.on_event(RangesUpdate, self._on_ranges)

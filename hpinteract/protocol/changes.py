@@ -8,7 +8,31 @@ it takes the events (dicts, in log order) and reads no file.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One applied change as every view tells it (the dashboard's marker, the terminal's
+    line, the TensorBoard text): what changed from what to what, where, by whom, why."""
+
+    step: int
+    source: str
+    values: dict[str, Any]
+    previous: dict[str, Any]  # the values replaced, where rank 0 recorded them
+    reason: str | None
+
+    @classmethod
+    def of(cls, ev: dict[str, Any]) -> Applied | None:
+        """The change an event records, or None for any other event (or one refused)."""
+        if ev.get("kind") != "change" or ev.get("status") != "applied":
+            return None
+        values, prev = ev.get("values"), ev.get("previous")
+        return cls(int(ev.get("applied_at_step") or 0), str(ev.get("source") or "?"),
+                   values if isinstance(values, dict) else {},
+                   prev if isinstance(prev, dict) else {},
+                   str(ev["reason"]) if ev.get("reason") else None)
 
 
 def recorded_changes(events: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -123,7 +123,12 @@ class Boundary:
         replaced = {cmd["id"]: self._effect(cmd, step) for cmd in cmds}
         if r.driven is not None:  # a framework checkpoint carries them (integrations)
             r.driven.changes.extend({"id": c["id"], "source": c.get("source", "api"),
-                                     "values": c["values"], "applied_at_step": step}
+                                     "values": c["values"], "applied_at_step": step,
+                                     "previous": replaced[c["id"]],
+                                     # rank 0 holds the whole command (the wire form
+                                     # leaves the reason out), and its loggers tell it
+                                     "reason": getattr(self.in_flight.get(c["id"]),
+                                                       "reason", "")}
                                     for c in cmds if c["op"] in ("set", "rollback")
                                     and c.get("values"))
         r._rank_log.write("".join(json.dumps({"id": c["id"], "op": c["op"], "step": step,
@@ -150,7 +155,13 @@ class Boundary:
         op = cmd["op"]
         replaced: dict[str, Any] = {}
         if op == "set":
+            # A framework's scheduler moves the lr every step behind the store's back: what
+            # the set replaced is the lr in force (the optimizer's, before the effect).
+            in_force = float(r.optimizer.param_groups[0]["lr"]) \
+                if r.driven is not None and "lr" in cmd["values"] else None
             replaced = {n: old for n, (old, _) in r.store.apply(cmd["values"], step).items()}
+            if in_force is not None and "lr" in replaced:
+                replaced["lr"] = in_force
             if "workers" in cmd["values"]:
                 self.resize_by = {"id": cmd["id"], "source": cmd.get("source", "api")}
         elif op == "rollback":

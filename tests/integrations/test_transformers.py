@@ -38,7 +38,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = root / "after_train.json"
     job = hpi.launch(SCRIPT, nproc=2, hparams={"monitor_gns": 2}, args=[
         "--steps", str(STEPS), "--warmup", str(WARMUP), "--clip", "50", "--report", str(out),
-        "--output-dir", str(root / "out")])
+        "--output-dir", str(root / "out"), "--report-to", "tensorboard"])
     wait_for_step(job, 40)
     acks = {"lr": job.set(lr=5e-4)}
     # The other surfaces work on a framework job unchanged: a policy scripted here...
@@ -69,7 +69,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
     wait_for_step(job, acks["clip"].applied_at_step + 40)  # 2 ranks publish every 16
     acks["stop"] = job.stop()
     state = job.wait(120)
-    return {"job": job, "acks": acks, "state": state, "out": out,
+    return {"job": job, "acks": acks, "state": state, "out": out, "root": root,
             "refused": (str(bad_batch.value), str(bad_policy.value))}
 
 
@@ -99,6 +99,33 @@ def test_live_values_on_every_rank_and_the_linear_schedule_goes_on_from_a_set_lr
         assert lr[t] == pytest.approx(5e-4 * f(t) / f(s)), t
     after = json.loads(trained["out"].read_text())
     assert after["max_grad_norm"] == 1e-3  # TrainingArguments.max_grad_norm, live
+
+
+def test_changes_reach_the_trainers_tensorboard_at_their_step(trained):
+    """report_to=["tensorboard"]: the changes are a run beside the Trainer's own, under
+    the same runs/ folder, and the Trainer's own run is whole."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runs = trained["root"] / "out" / "runs"
+    ours = [p for p in runs.iterdir() if p.name.endswith("-hpinteract")]
+    assert len(ours) == 1, list(runs.iterdir())
+    theirs = runs / ours[0].name[: -len("-hpinteract")]
+    acc = EventAccumulator(str(ours[0]), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    acks = trained["acks"]
+    lr = {e.step: e.value for e in acc.Scalars("hpinteract/lr")}
+    assert lr == {acks["lr"].applied_at_step: pytest.approx(5e-4)}
+    momentum = {e.step: e.value for e in acc.Scalars("hpinteract/momentum")}
+    assert momentum == {acks["momentum"].applied_at_step: pytest.approx(0.85)}
+    texts = {e.step: e.tensor_proto.string_val[0].decode()
+             for e in acc.Tensors("hpinteract/changes/text_summary")}
+    s = acks["lr"].applied_at_step  # from the lr in force, that the schedule had moved
+    assert texts[s] == f"lr {1e-3 * schedule('linear', WARMUP, STEPS)(s)!r} -> 0.0005 (by api)"
+    assert texts[acks["momentum"].applied_at_step] == "momentum 0.9 -> 0.85 (by policy:beta)"
+    own = EventAccumulator(str(theirs), size_guidance={"scalars": 0})
+    own.Reload()
+    steps = [e.step for e in own.Scalars("train/loss")]
+    assert steps[-1] >= acks["clip"].applied_at_step  # written on after our first change
 
 
 def test_the_batch_and_batch_policies_are_refused_with_the_reason(trained):

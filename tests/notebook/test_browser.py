@@ -19,54 +19,58 @@ from lab import ARGS, CHROMIUM, OUTPUT, ROOT, browser_test, jupyterlab, require_
 import hpinteract as hpi
 
 OUTPUT = OUTPUT / "browser"
-# The page's Bokeh documents: points held by each line's source (those with a raw column)
-# and the newest step among them.
-POINTS_JS = """() => {
-  const B = window.Bokeh; if (!B || !B.documents.length) return null;
+# Shared by the probes below: every model of the page's Bokeh documents, and a column of
+# a data source (a Map or a plain object, by BokehJS version).
+MODELS_JS = """
+  const models = [];
+  if (window.Bokeh) for (const d of window.Bokeh.documents) models.push(...d._all_models.values());
+  const column = (m, k) => {
+    const data = m.data; if (!data || typeof data !== "object") return undefined;
+    return data instanceof Map ? data.get(k) : data[k];
+  };
+  const lines = models.filter((m) => column(m, "raw") !== undefined).map((m) => column(m, "x"));
+"""
+
+
+def probe(body: str) -> str:
+    """A JavaScript function for page.evaluate: MODELS_JS, then ``body``."""
+    return "() => {" + MODELS_JS + body + "}"
+
+
+# Points held by each line's source (those with a raw column) and the newest step.
+POINTS_JS = probe("""
+  if (!window.Bokeh || !window.Bokeh.documents.length) return null;
   let n = 0, last = -1, longest = 0;
-  for (const d of B.documents) for (const m of d._all_models.values()) {
-    const data = m.data; if (!data || typeof data !== "object") continue;
-    const get = (k) => (data instanceof Map ? data.get(k) : data[k]);
-    if (get("raw") === undefined) continue;
-    const x = get("x"); n += x.length; longest = Math.max(longest, x.length);
+  for (const x of lines) {
+    n += x.length; longest = Math.max(longest, x.length);
     for (const v of x) if (v > last) last = v;
   }
   return [n, last, longest];
-}"""
+""")
 
 # Points a line holds: the test's copy of the quick start asks for fewer than the default
 # (2,000), so that a line is decimated after a quarter of the steps.
 BUDGET = 500
 # The longest line (a dense one: sparse lines are never decimated): [points, newest x].
-LONGEST_JS = """() => {
+LONGEST_JS = probe("""
   let best = null;
-  for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
-    const data = m.data; if (!data || typeof data !== "object") continue;
-    const get = (k) => (data instanceof Map ? data.get(k) : data[k]);
-    if (get("raw") === undefined) continue;
-    const x = get("x"); if (!best || x.length > best.length) best = x;
-  }
+  for (const x of lines) if (!best || x.length > best.length) best = x;
   return best ? [best.length, Math.max(...Array.from(best))] : null;
-}"""
+""")
 # Points per step of the longest line inside the figures' (shared) visible x range.
-DENSITY_JS = """() => {
-  let best = null, range = null;
-  for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
-    if (!range && m.x_range && m.x_range.start != null) range = m.x_range;
-    const data = m.data; if (!data || typeof data !== "object") continue;
-    const get = (k) => (data instanceof Map ? data.get(k) : data[k]);
-    if (get("raw") === undefined) continue;
-    const x = get("x"); if (!best || x.length > best.length) best = x;
-  }
+DENSITY_JS = probe("""
+  let best = null;
+  for (const x of lines) if (!best || x.length > best.length) best = x;
+  const range = models.map((m) => m.x_range).find((r) => r && r.start != null);
   if (!best || !range || !(range.end > range.start)) return null;
   const n = Array.from(best).filter((v) => v >= range.start && v <= range.end).length;
   return n / (range.end - range.start);
-}"""
+""")
 
 # Every figure drawn on the page: its name and box, and its x range's id.
-FIGURES_JS = """() => {
+FIGURES_JS = probe("""
   const out = [];
-  for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
+  for (const m of models) {
     if (m.type !== "Figure") continue;
     for (const v of window.Bokeh.index.find(m)) {  // the view on the page, not a removed one
       const r = v.el.isConnected ? v.el.getBoundingClientRect() : null;
@@ -75,17 +79,13 @@ FIGURES_JS = """() => {
     }
   }
   return out;
-}"""
+""")
 # The change markers' hover labels.
-LABELS_JS = """() => {
+LABELS_JS = probe("""
   const out = [];
-  for (const d of window.Bokeh.documents) for (const m of d._all_models.values()) {
-    const data = m.data; if (!data || typeof data !== "object") continue;
-    const get = (k) => (data instanceof Map ? data.get(k) : data[k]);
-    const labels = get("label"); if (labels) out.push(...Array.from(labels));
-  }
+  for (const m of models) { const labels = column(m, "label"); if (labels) out.push(...labels); }
   return out;
-}"""
+""")
 
 pytestmark = browser_test
 

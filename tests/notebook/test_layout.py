@@ -5,10 +5,13 @@ straggler ratio in the per-rank figure's title, one x range for all."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hpinteract.notebook import layout
 from hpinteract.notebook.dashboard import change_label
 from hpinteract.notebook.plots import LivePlots
+from hpinteract.protocol.changes import Applied
+from hpinteract.protocol.errors import ConfigError
 
 STEPS = np.arange(100.0)
 
@@ -97,6 +100,18 @@ def test_straggler_ratio_in_the_per_rank_title() -> None:
     assert "straggler" not in plots.series  # in the title, not a line
 
 
+def test_columns_one_for_a_narrow_cell_and_a_wrong_count_is_named() -> None:
+    plots = LivePlots(budget=400, columns=1)
+    for name in ("loss", "acc", "my_metric"):
+        plots.add_points(name, STEPS, np.linspace(0, 1, 100))
+    plots.pump()
+    assert placed(plots) == [("loss", 0, 0, 1, 2), ("accuracy", 1, 0), ("my_metric", 2, 0)]
+    for bad in (0, 5, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match=r"columns=.*: figures a row, an integer from "
+                                              r"1 to 4"):
+            LivePlots(columns=bad)
+
+
 def test_ordered_and_grid_units() -> None:
     titles = ["gradient noise scale", "batch size", "loss", "acc2", "learning rate",
               "throughput (samples/s)"]
@@ -109,9 +124,11 @@ def test_ordered_and_grid_units() -> None:
 
 
 def test_change_label_says_who_what_from_to_when_why_escaped() -> None:
-    ev = {"kind": "change", "values": {"lr": 0.01}, "previous": {"lr": 0.1},
-          "applied_at_step": 120, "source": "policy:plateau", "reason": "loss <flat>"}
+    ev = Applied.of({"kind": "change", "status": "applied", "values": {"lr": 0.01},
+                     "previous": {"lr": 0.1}, "applied_at_step": 120,
+                     "source": "policy:plateau", "reason": "loss <flat>"})
+    assert ev is not None
     assert change_label("lr", 0.01, ev) == ("<b>lr</b> 0.1 &rarr; 0.01<br>step 120, by "
                                             "policy:plateau<br><i>loss &lt;flat&gt;</i>")
-    assert change_label("lr", 0.5, {"applied_at_step": 3, "source": "cli"}) == \
+    assert change_label("lr", 0.5, Applied(3, "cli", {"lr": 0.5}, {}, None)) == \
         "<b>lr</b> 0.5<br>step 3, by cli"
