@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .base import Change, Context, FunctionPolicy, Policy
 from .builtins import REGISTRY, AdaptiveBatchSize, DivergenceGuard, create
+from .goodput import Goodput
 from .host import PolicySet
 from .plateau import EarlyStopping, ReduceOnPlateau
 from .resources import ScaleWorkers
@@ -22,6 +23,7 @@ __all__ = [
     "DivergenceGuard",
     "EarlyStopping",
     "FunctionPolicy",
+    "Goodput",
     "Policy",
     "PolicySet",
     "ReduceOnPlateau",

@@ -104,6 +104,12 @@ class Policy:
         """Called when the job reports evaluation metrics (``ctx.evals[-1]``)."""
         return None
 
+    def report(self) -> Mapping[str, float]:
+        """What the policy measures, as numbers: a built-in's are added to the job's metric
+        records (named by the policy, e.g. ``goodput_efficiency``) and shown by
+        ``job.policies()``."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state, saved with checkpoints."""
         return {}

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..protocol.errors import InvalidCommand
 from .base import Change, Context, Policy
+from .goodput import Goodput
 from .plateau import EarlyStopping, ReduceOnPlateau
 from .resources import ScaleWorkers
 from .schedules import (
@@ -199,8 +200,8 @@ class DivergenceGuard(Policy):
 
 
 REGISTRY: dict[str, type[Policy]] = {cls.name: cls for cls in (
-    AdaptiveBatchSize, Warmup, Schedule, ReduceOnPlateau, EarlyStopping, DivergenceGuard,
-    ScaleWorkers)}
+    AdaptiveBatchSize, Goodput, Warmup, Schedule, ReduceOnPlateau, EarlyStopping,
+    DivergenceGuard, ScaleWorkers)}
 
 
 def create(name: str, params: Mapping[str, Any] | None = None) -> Policy:

@@ -62,7 +62,21 @@ class Entry:
                   else "active" if self.enabled else "disabled")
         return {"name": self.name, "policy": type(self.policy).__name__, "every": self.every,
                 "status": status, "drives": list(self.policy.drives),
-                "reason": self.suspended, "error": self.failed, "decisions": self.decisions}
+                "reason": self.suspended, "error": self.failed, "decisions": self.decisions,
+                "report": self.report()}
+
+    def report(self) -> dict[str, float]:
+        """The policy's finite numbers (a failing or odd report is no report: it must not
+        cost the job its records)."""
+        if self.failed:
+            return {}
+        try:
+            got = self.policy.report()
+            return {str(k): float(v) for k, v in got.items()
+                    if isinstance(v, int | float) and not isinstance(v, bool)
+                    and math.isfinite(v)}
+        except Exception:
+            return {}
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,14 @@ class PolicySet:
 
     def describe(self) -> list[dict[str, Any]]:
         return [e.describe() for e in self.entries.values()]
+
+    def reports(self) -> dict[str, float]:
+        """Every active policy's report, merged (the records' extra fields)."""
+        out: dict[str, float] = {}
+        for entry in self.entries.values():
+            if entry.active:
+                out.update(entry.report())
+        return out
 
     def _get(self, name: str) -> Entry:
         if name not in self.entries:

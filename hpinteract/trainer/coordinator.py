@@ -192,6 +192,7 @@ class Coordinator(RequestDesk):
                 records = self.journal.take_fresh()
                 if records:
                     self.policies.on_records(records)
+                    self.journal.annotations = self.policies.set.reports()
                 return True
             kind = item[0]
             if kind == "metric":

@@ -53,6 +53,8 @@ class Journal:
         self.latest: dict[str, Any] = {}  # the newest training record written
         self._latest_new: dict[str, Any] | None = None  # a newer one, not yet written
         self.changes: list[dict[str, Any]] = []  # applied changes, saved with checkpoints
+        # The policies' measurements (Policy.report), added to each training record.
+        self.annotations: dict[str, float] = {}
         self._batch: list[dict[str, Any]] = []  # records to publish at the end of this cycle
         self._fresh: list[dict[str, Any]] = []  # metric records of this cycle, for policies
         self._last_state_write = 0.0
@@ -71,6 +73,9 @@ class Journal:
         rec: dict[str, Any] = {"seq": self._next_seq()}
         for k, v in record.items():
             rec[k] = v if isinstance(v, int | float | str | bool) or v is None else float(v)
+        if self.annotations and not rec.get("eval"):
+            for k, v in self.annotations.items():  # never over the script's own metric
+                rec.setdefault(k, v)
         self.metrics.append(rec)
         self.columns.add(rec)
         self._batch.append(rec)

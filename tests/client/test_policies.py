@@ -140,3 +140,26 @@ def test_adaptive_batch_from_init_grows_the_batch_with_lr_scaling(tmp_path):
     # The per-rank times monitor (every 100 steps by default) shows both ranks.
     both = m.dropna(subset=["step_time_r0", "step_time_r1"])
     assert len(both) >= 1 and (both["step_time_r1"] > 0).all() and (both["straggler"] >= 1).all()
+
+
+def test_goodput_by_name_grows_the_batch_with_its_reason_and_reports_in_the_metrics(job):
+    """A step here is mostly fixed cost (the job sleeps 2 ms a step): a larger batch is
+    nearly free, so the predicted goodput grows with it while the noise scale allows."""
+    job.add_policy("goodput", max_batch=256, interval=30)
+    def decided() -> bool:
+        ev = events(job, kind="change", source="policy:goodput")
+        return ev is not None and any("batch_size" in v for v in ev["values"])
+
+    until(decided, timeout=120, what="a batch decision")
+    grew = events(job, kind="change", source="policy:goodput")
+    assert grew.iloc[0]["values"] == {"monitor_gns": 1, "lr_scaling": "adascale"}  # on_start
+    first = next(r for _, r in grew.iterrows() if "batch_size" in r["values"])
+    assert 16 < first["values"]["batch_size"] <= 256
+    assert first["reason"].startswith("goodput ") and "predicted" in first["reason"]
+    scaled = events(job, kind="change", source="lr_scaling")
+    assert first["applied_at_step"] in set(scaled["applied_at_step"])  # adascale moved lr
+    until(lambda: "goodput_efficiency" in job.metrics().columns, what="the report")
+    m = job.metrics().dropna(subset=["goodput"])
+    assert ((m["goodput_efficiency"] > 0) & (m["goodput_efficiency"] <= 1)).all()
+    report = next(p for p in job.policies() if p["name"] == "goodput")["report"]
+    assert report["goodput"] > 0 and report["goodput_sample_s"] >= 0
