@@ -198,10 +198,11 @@ def report(a: argparse.Namespace, task: Task, runs: Runs, results: Results) -> N
                  "static batch, no worse at the end) is not met")
 
 
-def write_svg(path: Path, target: float, curves: list[tuple[str, list[tuple[float, float]]]],
-              metric: str = "val_acc", log: bool = False) -> None:
+def write_svg(path: Path, target: float | None,
+              curves: list[tuple[str, list[tuple[float, float]]]], metric: str = "val_acc",
+              log: bool = False) -> None:
     """The metric against training time, one line per run (plain SVG: no plotting library);
-    ``log``: on a log scale (a loss)."""
+    ``log``: on a log scale (a loss); ``target``: a dashed line there (None: none)."""
     w, h, left, bottom = 640, 400, 60, 40
 
     def scale(v: float) -> float:
@@ -228,10 +229,11 @@ def write_svg(path: Path, target: float, curves: list[tuple[str, list[tuple[floa
              f'<text x="{w // 2}" y="{h - 8}" text-anchor="middle">training time (s)</text>',
              f'<text x="14" y="{h // 2}" transform="rotate(-90 14 {h // 2})" '
              f'text-anchor="middle">{metric}{" (log scale)" if log else ""}</text>']
-    ty = xy(0, target).split(",")[1]
-    parts.append(f'<line x1="{left}" y1="{ty}" x2="{w - 20}" y2="{ty}" stroke="grey" '
-                 f'stroke-dasharray="4 4"/><text x="{w - 24}" y="{float(ty) - 4}" '
-                 f'text-anchor="end" fill="grey">target {target}</text>')
+    if target is not None:
+        ty = xy(0, target).split(",")[1]
+        parts.append(f'<line x1="{left}" y1="{ty}" x2="{w - 20}" y2="{ty}" stroke="grey" '
+                     f'stroke-dasharray="4 4"/><text x="{w - 24}" y="{float(ty) - 4}" '
+                     f'text-anchor="end" fill="grey">target {target}</text>')
     for k in range(5):
         t = t_max * k / 4
         x = xy(t, unscale(lo)).split(",")[0]

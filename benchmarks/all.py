@@ -28,6 +28,7 @@ GOALS = {
     "monitor_floor": "measured: the monitor's arithmetic no exact estimator skips",
     "gns_accuracy": "noise scale within 20 % of the known answer",
     "adaptive_batch": "adaptive batch >= 1.3x sooner to the target than the best static",
+    "goodput": "goodput >= AdaptDL and >= 1.3x the best static batch, time to target",
     "dashboard_open": "a long history's dashboard opens in <= 1.5 s",
     "load": "16 subscribers + 100 set()/s: throughput >= 0.90 of idle, nothing lost",
     "resize": "measured: resize phases against a cold start",

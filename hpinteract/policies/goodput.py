@@ -34,6 +34,7 @@ LR_SCALINGS = ("none", "linear", "sqrt", "adascale")  # protocol.hparams' lr_sca
 WINDOW = 64  # step times kept a configuration (their median is its time)
 GRID = 48  # global batches tried, geometrically spaced
 NICE = 8
+MEASURED = 5  # step times before a configuration counts as measured
 
 
 class StepTimeModel:
@@ -47,7 +48,7 @@ class StepTimeModel:
         self.seen.setdefault((micro, accum), deque(maxlen=WINDOW)).append(seconds)
 
     def measured(self) -> dict[tuple[int, int], float]:
-        return {k: statistics.median(v) for k, v in self.seen.items() if len(v) >= 3}
+        return {k: statistics.median(v) for k, v in self.seen.items() if len(v) >= MEASURED}
 
     def fit(self) -> tuple[float, float, float] | None:
         """(alpha, beta, delta), each >= 0, or None before any configuration is measured.
@@ -115,7 +116,7 @@ class Goodput(Policy):
         self.model = StepTimeModel()
         self.start: int | None = None  # M0: the batch the efficiency is measured against
         self._seen = -1  # the newest step whose time was taken
-        self._decided = -1  # the step of the last look
+        self._decided: int | None = None  # the step of the last look (None: none yet)
         self._report: dict[str, float] = {}
 
     # ---- the hooks ----------------------------------------------------------------------
@@ -147,8 +148,8 @@ class Goodput(Policy):
         self._report = {"goodput": now, "goodput_efficiency": efficiency(
             batch, self.start, noise), "goodput_step_fixed_s": fit[0] + fit[2],
             "goodput_sample_s": fit[1]}
-        if ctx.step - self._decided < self.interval:
-            return None
+        if self._decided is not None and ctx.step - self._decided < self.interval:
+            return None  # the first look comes as soon as the model has a measurement
         self._decided = ctx.step
         # The smallest batch among equals (max keeps the first): no switch for a tie.
         best = max(self._candidates(ctx, world), key=lambda c: self._goodput(fit, noise, *c))
@@ -241,7 +242,8 @@ class Goodput(Policy):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         start = state.get("start")
         self.start = int(start) if isinstance(start, int | float) else None
-        self._decided = int(state.get("decided", -1))
+        decided = state.get("decided")
+        self._decided = int(decided) if isinstance(decided, int | float) else None
         seen = state.get("seen") or {}
         if not isinstance(seen, Mapping):
             raise InvalidCommand(f"goodput: bad saved state {seen!r}")

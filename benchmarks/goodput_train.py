@@ -1,0 +1,74 @@
+"""hpinteract's side of the goodput benchmark: a static batch, or the ``goodput`` or
+``adaptive_batch`` policy, on a task of goodput_tasks.py.
+
+Runs under torchrun (every rank, hpi.launch). Every ``eval_every`` samples it evaluates on
+rank 0's copy of the model and reports the metric, ``train_time`` (wall seconds of
+training so far, evaluations excluded), ``samples`` and the ``batch`` in force through
+``run.log_eval``, and stops at the first evaluation that reaches the task's target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import goodput_tasks as tasks
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import hpinteract as hpi
+from hpinteract.policies import AdaptiveBatchSize, Goodput
+
+p = argparse.ArgumentParser()
+p.add_argument("--task", choices=sorted(tasks.TASKS), required=True)
+p.add_argument("--data", type=Path, required=True)
+p.add_argument("--batch", type=int, default=None, help="the (first) global batch")
+p.add_argument("--policy", choices=("static", "goodput", "adaptive"), default="static")
+p.add_argument("--interval", type=int, default=None, help="goodput: steps between looks")
+a = p.parse_args()
+task = tasks.TASKS[a.task]
+batch = a.batch or task.start
+
+policies: list = []
+if a.policy == "goodput":
+    policies = [Goodput(max_batch=task.max_batch, max_micro_batch=task.max_micro,
+                        **({"interval": a.interval} if a.interval else {}))]
+elif a.policy == "adaptive":
+    policies = [(AdaptiveBatchSize(max_batch=task.max_batch, min_batch=batch,
+                                   lr_scaling="adascale"), 10)]
+run = hpi.init(hparams={"lr": task.lr, "momentum": 0.9, "batch_size": batch,
+                        # a rank's share in one micro-batch (2 ranks): no accumulation
+                        "micro_batch": min(task.max_micro, batch // 2),
+                        "monitor_gns": 1 if a.policy != "static" else 0},
+               policies=policies)
+d = tasks.load(a.task, a.data)
+net = tasks.model(a.task)
+model = DDP(net)
+opt = torch.optim.SGD(model.parameters(), lr=run.hp["lr"], momentum=0.9)
+run.watch(model, opt)
+loader = run.dataloader(torch.utils.data.TensorDataset(d["x"], d["y"]), seed=0, drop_last=True)
+train_time, seen, next_eval = 0.0, 0, task.eval_every
+t = time.perf_counter()
+for _epoch in run.epochs(task.epochs):
+    for x, y in loader:  # micro-batches: the step's last says so (run.backward)
+        if not run.backward(tasks.loss(a.task, model(x), y)):
+            continue
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        run.step()
+        seen += int(run.hp["batch_size"])
+        if seen >= next_eval:
+            train_time += time.perf_counter() - t
+            next_eval += task.eval_every
+            value = tasks.evaluate(a.task, net, d)
+            run.log_eval(**{task.metric: value}, train_time=train_time, samples=seen,
+                         batch=int(run.hp["batch_size"]))
+            t = time.perf_counter()
+            # Every rank evaluates its identical model: all stop at the same step.
+            if value >= task.target if task.higher else value <= task.target:
+                break
+    else:
+        continue
+    break
+run.finish()
