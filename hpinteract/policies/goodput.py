@@ -148,6 +148,13 @@ class Goodput(Policy):
         self._report = {"goodput": now, "goodput_efficiency": efficiency(
             batch, self.start, noise), "goodput_step_fixed_s": fit[0] + fit[2],
             "goodput_sample_s": fit[1]}
+        if "workers" in ctx.hparams:
+            # What another size would give, with the same costs a rank (the once-a-step
+            # cost of more ranks is not measured until it runs): for scale_workers and a
+            # person deciding.
+            for n in sorted({max(1, world // 2), world * 2} - {world}):
+                self._report[f"goodput_workers_{n}"] = max(
+                    self._goodput(fit, noise, *c) for c in self._candidates(ctx, n))
         if self._decided is not None and ctx.step - self._decided < self.interval:
             return None  # the first look comes as soon as the model has a measurement
         self._decided = ctx.step

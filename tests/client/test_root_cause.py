@@ -21,7 +21,11 @@ def _watch_until_ended(job: hpi.Job) -> list[tuple[str, object]]:
     seen: list[tuple[str, object]] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        state, error = job.state, job.error
+        # The error first: the supervisor writes state and error in one file at once, and
+        # two reads (state, then error) can straddle that write; a cause read first was
+        # there before the state read after it.
+        error = job.error
+        state = job.state
         if not seen or seen[-1] != (state.value, error):
             seen.append((state.value, error))
         if state.terminal:

@@ -123,6 +123,16 @@ def test_the_report_and_the_state_round_trip() -> None:
                            "goodput_sample_s"}
     assert 0 < report["goodput_efficiency"] <= 1
     assert sim.ps.reports() == report
+    assert not any(k.startswith("goodput_workers_") for k in report)  # no workers knob
+
+
+def test_with_workers_it_reports_what_half_and_twice_the_ranks_would_give() -> None:
+    p = Goodput(max_batch=8192, interval=50)
+    sim = Sim(p, world_size=2, hparams={"batch_size": 64, "lr_scaling": "adascale",
+                                         "workers": 2})
+    sim.train(120, step_time=lambda s: step_time(sim.hp), gns=2000.0)
+    report = p.report()
+    assert 0 < report["goodput_workers_1"] < report["goodput"] < report["goodput_workers_4"]
     assert sim.ps.describe()[0]["report"] == report
     again = Goodput(max_batch=8192, interval=50)
     again.load_state_dict(p.state_dict())
