@@ -34,7 +34,7 @@ from .lineage import (
     copy_into,
     fork_point,
     replay_plan,
-    resume_target,
+    resume_checkpoint,
     resumed_run_dir,
 )
 from .nodes import new_node_name, node_run_dir, nodes_spec, record_node, resume_node
@@ -137,7 +137,8 @@ def launch(
         if joined:
             checkpoint = Path((read_json(run_dir.job_file) or {})["resume"]["checkpoint"])
         else:
-            run_dir, checkpoint = resume_target(resume, root)  # type: ignore[arg-type]
+            assert resume is not None  # resumed is found from it
+            checkpoint = resume_checkpoint(run_dir, resume)
         old = read_json(run_dir.job_file) or {}
         extra = {**extra, "created": old.get("created"),
                  "resumes": int(old.get("resumes", 0)) + 1,

@@ -34,22 +34,21 @@ def resumed_run_dir(what: str | os.PathLike[str], root: Path | None) -> RunDir:
     return find_run_dir(str(what), root)
 
 
-def resume_target(what: str | os.PathLike[str], root: Path | None) -> tuple[RunDir, Path]:
-    """The run directory and checkpoint file ``resume=`` names; the job must have ended."""
+def resume_checkpoint(run_dir: RunDir, what: str | os.PathLike[str]) -> Path:
+    """The checkpoint file ``resume=what`` names in ``run_dir`` (found by resumed_run_dir):
+    the file given, else the job's newest; the job must have ended."""
     p = Path(what).expanduser()
-    run_dir = resumed_run_dir(what, root)
-    checkpoint = p.resolve() if p.is_file() else None
     state = Job(run_dir).state
     if not state.terminal:
         raise InvalidState(f"job {run_dir.job_id} is {state.value}: stop it (and wait for "
                            "it to end) before resuming it")
-    if checkpoint is None:
-        index = read_checkpoint_index(run_dir.checkpoints_dir)
-        if not index:
-            raise ConfigError(f"job {run_dir.job_id} has no checkpoint to resume from "
-                              "(job.checkpoint(), or set checkpoint_every)")
-        checkpoint = run_dir.checkpoints_dir / index[-1]["file"]
-    return run_dir, checkpoint
+    if p.is_file():
+        return p.resolve()
+    index = read_checkpoint_index(run_dir.checkpoints_dir)
+    if not index:
+        raise ConfigError(f"job {run_dir.job_id} has no checkpoint to resume from "
+                          "(job.checkpoint(), or set checkpoint_every)")
+    return Path(run_dir.checkpoints_dir, str(index[-1]["file"]))
 
 
 def fork_point(parent: RunDir, step: int) -> dict[str, Any]:

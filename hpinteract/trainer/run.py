@@ -99,6 +99,9 @@ class Run:
         if self._replay:  # their decisions are in the schedule: running them would act twice
             policies = []
         self._running = False  # rank 0: RUNNING recorded
+        # Under torchrun, its agent outlives a restart of the ranks: a client watches it
+        # (client/liveness.py), not rank 0's process, where no supervisor is.
+        self._agent_pid = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None
         self._last_t = time.perf_counter()
         self._batch_t = self._last_t
         self._rank_log: IO[str] = open(run_dir.rank_log(self.rank), "a", buffering=1)  # noqa: SIM115
@@ -357,9 +360,7 @@ class Run:
             "watched": self._binding is not None,
             "plan": {"micro_batch": self.micro_batch, "accumulation": self.accumulation},
             "restarts": attempt(),
-            # Under torchrun, its agent outlives a restart of the ranks: a client watches it
-            # (client/liveness.py), not rank 0's process, where no supervisor is.
-            "agent_pid": os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None,
+            "agent_pid": self._agent_pid,
             "framework": self.driven.name if self.driven is not None else None,
             # How soon a change can apply: the coordinator lets requests wait for each other
             # for a share of it (requests.REQUEST_GATE_SHARE).
