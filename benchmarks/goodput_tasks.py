@@ -37,6 +37,7 @@ class Task:
     epochs: int
     eval_every: int  # samples between evaluations
     statics: tuple[int, ...]
+    hidden: int = 256  # the MLP's width (digits)
 
 
 TASKS = {
@@ -59,8 +60,9 @@ def model(task: str) -> nn.Module:
         net = nn.Linear(64, 1, bias=False)
         nn.init.zeros_(net.weight)
         return net
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                         nn.Linear(256, 10))
+    h = TASKS[task].hidden
+    return nn.Sequential(nn.Linear(64, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
+                         nn.Linear(h, 10))
 
 
 def loss(task: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
