@@ -24,7 +24,8 @@ from bokeh.models import Row, Spacer
 LOSS, LEARNED, HPARAMS, SYSTEM = range(4)
 # The system figures, in this order: a straggler and a noisy throughput explain each other.
 SYSTEM_TITLES = ("throughput (samples/s)", "step and data time per rank (s)",
-                 "step time (s)", "gradient noise scale", "gradient norm")
+                 "step time (s)", "gradient noise scale", "goodput (samples/s x efficiency)",
+                 "statistical efficiency", "gradient norm")
 COLUMNS, MAX_COLUMNS = 2, 4
 LOSS_HEIGHT, HEIGHT = 300, 220
 

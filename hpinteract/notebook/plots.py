@@ -35,12 +35,14 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("gradient noise scale", "gns"), ("gradient norm", "grad_norm"),
     ("step and data time per rank (s)", "step_time_r"),
     ("step and data time per rank (s)", "data_time_r"), ("step time (s)", "step_time"),
-    ("step time (s)", "data_time"),
+    ("step time (s)", "data_time"), ("statistical efficiency", "goodput_efficiency"),
+    ("goodput (samples/s x efficiency)", "goodput"),
 )
-# Not drawn unless asked for by name: bookkeeping, or the noise scale's parts. (The
-# straggler ratio is in the per-rank figure's title.)
+# Not drawn unless asked for by name: bookkeeping, the noise scale's parts, the goodput
+# policy's fitted costs (in its decisions' reasons). (The straggler ratio is in the
+# per-rank figure's title.)
 HIDDEN = frozenset({"epoch", "time", "progress", "gns_grad_sq", "gns_var", "straggler",
-                    "eval"})
+                    "eval", "goodput_step_fixed_s", "goodput_sample_s"})
 # Hyper-parameters the job logs with its metrics: drawn as step lines.
 HPARAM_METRICS = ("lr", "batch_size")
 # Smoothed from the start, whatever the smoothing slider says: one step's samples/s is noise.
@@ -52,7 +54,8 @@ def group_of(name: str) -> str:
     ``accuracy``, ``step_time_r1`` joins the step times."""
     for title, key in GROUPS:
         if name == key or (key in ("loss", "acc") and key in name) or \
-                (key.endswith("_r") and name.startswith(key) and name[len(key):].isdigit()):
+                (key.endswith("_r") and name.startswith(key) and name[len(key):].isdigit()) or \
+                (key == "goodput" and name.startswith("goodput_")):  # _best, _workers_4
             return title
     return name
 

@@ -118,6 +118,7 @@ class Goodput(Policy):
         self._seen = -1  # the newest step whose time was taken
         self._decided: int | None = None  # the step of the last look (None: none yet)
         self._report: dict[str, float] = {}
+        self._world: int | None = None  # the ranks the model's measurements were made on
 
     # ---- the hooks ----------------------------------------------------------------------
     def on_start(self, ctx: Context) -> Change | None:
@@ -138,6 +139,8 @@ class Goodput(Policy):
         batch, micro, accum, world = plan
         if self.start is None:
             self.start = batch
+        if world != self._world:  # resized: step times of another size are not this one's
+            self.model, self._world = StepTimeModel(), world
         self._measure(ctx, micro, accum)
         noise = number(ctx.metrics.get("gns"))
         fit = self.model.fit()

@@ -112,6 +112,19 @@ def test_columns_one_for_a_narrow_cell_and_a_wrong_count_is_named() -> None:
             LivePlots(columns=bad)
 
 
+def test_the_goodput_policys_report_is_system_with_its_costs_hidden() -> None:
+    rng = np.random.default_rng(0)
+    plots = fed(loss=np.linspace(2, 0, 100), gns=rng.random(100), goodput=rng.random(100),
+                goodput_best=rng.random(100), goodput_workers_4=rng.random(100),
+                goodput_efficiency=rng.random(100), goodput_sample_s=rng.random(100),
+                goodput_step_fixed_s=rng.random(100))
+    assert placed(plots) == [("loss", 0, 0, 1, 2), ("gradient noise scale", 1, 0),
+                             ("goodput (samples/s x efficiency)", 1, 1),
+                             ("statistical efficiency", 2, 0)]
+    assert set(plots.figures["goodput (samples/s x efficiency)"].lines) == {
+        "goodput", "goodput_best", "goodput_workers_4"}
+
+
 def test_ordered_and_grid_units() -> None:
     titles = ["gradient noise scale", "batch size", "loss", "acc2", "learning rate",
               "throughput (samples/s)"]

@@ -96,6 +96,17 @@ def test_accumulation_where_a_ranks_micro_batch_is_capped() -> None:
     assert sim.hp["batch_size"] % (2 * sim.hp["micro_batch"]) == 0
 
 
+def test_a_resize_starts_the_measurements_afresh() -> None:
+    p = Goodput(max_batch=8192, interval=50)
+    sim = Sim(p, world_size=2, hparams={"batch_size": 64, "lr_scaling": "adascale"})
+    sim.train(40, step_time=lambda s: step_time(sim.hp), gns=2000.0)
+    assert p.model.seen
+    sim.ps.world_size = 4  # the host's view after a resize to 4 ranks
+    sim.train(1, step_time=lambda s: step_time(sim.hp, 4), gns=2000.0)
+    assert set(p.model.seen) <= {(sim.hp["batch_size"] // 4, 1)}
+    assert all(len(v) <= 1 for v in p.model.seen.values())
+
+
 def test_no_decision_without_a_positive_noise_scale() -> None:
     for gns in (None, -5.0, 0.0):
         sim = Sim(Goodput(max_batch=8192, interval=10), world_size=2,
