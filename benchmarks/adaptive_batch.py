@@ -98,6 +98,8 @@ def main() -> None:
     ap.add_argument("--cooldown", type=int, default=None, help="AdaptiveBatchSize(cooldown=...)")
     ap.add_argument("--smoothing", type=float, default=None, help="gns_smoothing (adaptive)")
     ap.add_argument("--epochs", type=int, default=1, help="passes over the samples")
+    ap.add_argument("--lr-rule", choices=("fixed", "adascale"), default="fixed",
+                    help="how the adaptive run's lr follows its batch (the statics: fixed)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--plot", type=Path, default=None)
     a = ap.parse_args()
@@ -124,7 +126,7 @@ def main() -> None:
     runs.append((f"adaptive {start}..{top}",
                  ["--batch", str(start), "--adaptive", "--max-batch", str(top),
                   "--target", str(target), "--cooldown", str(cooldown),
-                  "--smoothing", str(smoothing), *common]))
+                  "--smoothing", str(smoothing), "--lr-rule", a.lr_rule, *common]))
     report(a, task, runs, run_rounds(runs, a.rounds, a.goal, home, task.metric, task.higher))
 
 

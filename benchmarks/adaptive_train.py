@@ -7,7 +7,8 @@ seen once (an epoch is 8,192 steps at batch 32), so this is optimisation of the 
 loss: the gradient noise scale grows as the student fits (59 at the start, thousands
 later), and a larger batch pays off later in training. The same model, optimizer, seeds
 and lr for every run (``--lr-rule fixed``: more samples per step lower the noise, as a
-decaying lr would; ``linear``: lr = lr0 * batch / 32); ``--adaptive`` adds the
+decaying lr would; ``linear``: lr = lr0 * batch / 32; ``adascale``: lr0, and the
+policy's changes of the batch move it by AdaScale); ``--adaptive`` adds the
 AdaptiveBatchSize policy from ``--batch`` up to ``--max-batch``; ``--sync model_averaging``
 trains with local steps and the ranks' models averaged every ``--period`` steps (sync.py).
 Every ``--eval-every``
@@ -49,7 +50,7 @@ p.add_argument("--target", type=float, default=0.1, help="AdaptiveBatchSize(targ
 p.add_argument("--patience", type=int, default=3)
 p.add_argument("--smoothing", type=float, default=0.99, help="gns_smoothing (EMA factor)")
 p.add_argument("--cooldown", type=int, default=50)
-p.add_argument("--lr-rule", choices=("fixed", "linear"), default="fixed")
+p.add_argument("--lr-rule", choices=("fixed", "linear", "adascale"), default="fixed")
 p.add_argument("--hidden", type=int, default=256)
 p.add_argument("--every", type=int, default=10, help="policy every N steps")
 p.add_argument("--sync", choices=("ssgd", "model_averaging"), default="ssgd")
@@ -90,9 +91,9 @@ def excess(model: nn.Module) -> float:
 
 policies = [(AdaptiveBatchSize(max_batch=a.max_batch, min_batch=a.batch, target=a.target,
                                patience=a.patience, cooldown=a.cooldown,
-                               lr_scaling="none" if a.lr_rule == "fixed" else "linear"),
+                               lr_scaling={"fixed": "none"}.get(a.lr_rule, a.lr_rule)),
              a.every)] if a.adaptive else []
-lr = a.lr0 if a.lr_rule == "fixed" else a.lr0 * a.batch / 32
+lr = a.lr0 * a.batch / 32 if a.lr_rule == "linear" else a.lr0
 run = hpi.init(hparams={"lr": lr, "momentum": 0.9, "batch_size": a.batch,
                         "monitor_gns": 1 if a.adaptive else 0, "gns_smoothing": a.smoothing,
                         "sync": a.sync,

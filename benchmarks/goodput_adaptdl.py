@@ -8,6 +8,11 @@ goodput_train.py's: every ``eval_every`` samples the metric, the training wall t
 (evaluations excluded), the samples and the batch in force, one JSON line each from rank
 0 into ``--out``; both ranks stop at the same evaluation once the target is reached (their
 models are identical).
+
+AdaptDL refits its throughput model, and so may change the batch, only every 30 s of
+training (a literal in ``adaptdl/torch/_metrics.py``), and a new batch takes effect at the
+next pass over the data. ``--refit-s`` shortens the 30 s (by backdating its last fit), so
+that tasks of seconds see AdaptDL adapt too: a variant that can only help it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ if not hasattr(np, "int"):
 
 import adaptdl.env
 import adaptdl.torch as adl
+import adaptdl.torch._metrics as adl_metrics
 import goodput_tasks as tasks
 import torch
 
@@ -33,6 +39,8 @@ p = argparse.ArgumentParser()
 p.add_argument("--task", choices=sorted(tasks.TASKS), required=True)
 p.add_argument("--data", type=Path, required=True)
 p.add_argument("--out", type=Path, required=True)
+p.add_argument("--refit-s", type=float, default=None,
+               help="refit AdaptDL's throughput model every S s (as released: every 30 s)")
 a = p.parse_args()
 task = tasks.TASKS[a.task]
 torch.set_num_threads(1)
@@ -60,6 +68,12 @@ for _epoch in adl.remaining_epochs_until(10**6):
         opt.zero_grad()
         tasks.loss(a.task, model(x), y).backward()
         opt.step()
+        if a.refit_s is not None:
+            # AdaptDL refits on rank 0 when its last fit (_PREV_REPORT) is 30 s old, as it
+            # is about to after this step: backdating it by 30 s makes that every refit_s.
+            prev = adl_metrics._PREV_REPORT
+            if prev is not None and time.time() - prev >= a.refit_s:
+                adl_metrics._PREV_REPORT = prev - 30
         seen += len(x) * adaptdl.env.num_replicas()
         if seen >= next_eval:
             train_time += time.perf_counter() - t

@@ -35,13 +35,15 @@ if a.policy == "goodput":
     policies = [Goodput(max_batch=task.max_batch, max_micro_batch=task.max_micro,
                         **({"interval": a.interval} if a.interval else {}))]
 elif a.policy == "adaptive":
-    policies = [(AdaptiveBatchSize(max_batch=task.max_batch, min_batch=batch,
-                                   lr_scaling="adascale"), 10)]
-run = hpi.init(hparams={"lr": task.lr, "momentum": 0.9, "batch_size": batch,
-                        # a rank's share in one micro-batch (2 ranks): no accumulation
-                        "micro_batch": min(task.max_micro, batch // 2),
-                        "monitor_gns": 1 if a.policy != "static" else 0},
-               policies=policies)
+    # Its defaults (lr_scaling adascale), as a user would add it; one micro-batch a rank,
+    # so no more than max_micro samples a rank.
+    policies = [(AdaptiveBatchSize(max_batch=min(task.max_batch, 2 * task.max_micro),
+                                   min_batch=batch), 10)]
+hparams = {"lr": task.lr, "momentum": 0.9, "batch_size": batch,
+           "monitor_gns": 1 if a.policy != "static" else 0}
+if a.policy == "goodput":  # it splits a rank's share into micro-batches where it pays
+    hparams["micro_batch"] = min(task.max_micro, batch // 2)
+run = hpi.init(hparams=hparams, policies=policies)
 d = tasks.load(a.task, a.data)
 net = tasks.model(a.task)
 model = DDP(net)

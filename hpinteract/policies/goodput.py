@@ -27,14 +27,23 @@ from typing import Any
 import numpy as np
 
 from ..protocol.errors import InvalidCommand
+from ..protocol.hparams import BUILTINS
 from .base import Change, Context, Policy
 from .schedules import check_choice, check_float, check_int, number
 
-LR_SCALINGS = ("none", "linear", "sqrt", "adascale")  # protocol.hparams' lr_scaling choices
+LR_SCALINGS = BUILTINS["lr_scaling"].choices or ()
 WINDOW = 64  # step times kept a configuration (their median is its time)
 GRID = 48  # global batches tried, geometrically spaced
 NICE = 8
-MEASURED = 5  # step times before a configuration counts as measured
+# Step times before a configuration counts as measured: on a shared 2-core machine single
+# step times of one configuration ranged over 5-50 ms, and a median of 5 once fitted a cost
+# a sample of 0 (the larger batch measured faster), which sent the batch 30x up.
+MEASURED = 10
+# How far past the largest micro-batch measured a candidate may go: the fitted line is a
+# guess beyond it (a cache, a kernel switch, memory), so the batch climbs in steps of at
+# most 4x, each measured before the next.
+TRUST = 4
+REFRESH = 10  # steps between fits (and reported figures) outside the looks
 
 
 class StepTimeModel:
@@ -116,6 +125,7 @@ class Goodput(Policy):
         self.model = StepTimeModel()
         self.start: int | None = None  # M0: the batch the efficiency is measured against
         self._seen = -1  # the newest step whose time was taken
+        self._refreshed = -REFRESH  # the step of the last fit and report
         self._decided: int | None = None  # the step of the last look (None: none yet)
         self._report: dict[str, float] = {}
         self._world: int | None = None  # the ranks the model's measurements were made on
@@ -142,6 +152,12 @@ class Goodput(Policy):
         if world != self._world:  # resized: step times of another size are not this one's
             self.model, self._world = StepTimeModel(), world
         self._measure(ctx, micro, accum)
+        # The fit and the figures every REFRESH steps, and at each look: this runs in the
+        # coordinator, which shares rank 0's interpreter with its training thread.
+        look = self._decided is None or ctx.step - self._decided >= self.interval
+        if not look and ctx.step - self._refreshed < REFRESH:
+            return None
+        self._refreshed = ctx.step
         noise = number(ctx.metrics.get("gns"))
         fit = self.model.fit()
         if fit is None or noise is None or noise <= 0:
@@ -157,12 +173,14 @@ class Goodput(Policy):
             # person deciding.
             for n in sorted({max(1, world // 2), world * 2} - {world}):
                 self._report[f"goodput_workers_{n}"] = max(
-                    self._goodput(fit, noise, *c) for c in self._candidates(ctx, n))
-        if self._decided is not None and ctx.step - self._decided < self.interval:
+                    self._goodput(fit, noise, *c)
+                    for c in self._candidates(ctx, n, (micro, accum)))
+        if not look:
             return None  # the first look comes as soon as the model has a measurement
         self._decided = ctx.step
         # The smallest batch among equals (max keeps the first): no switch for a tie.
-        best = max(self._candidates(ctx, world), key=lambda c: self._goodput(fit, noise, *c))
+        best = max(self._candidates(ctx, world, (micro, accum)),
+                   key=lambda c: self._goodput(fit, noise, *c))
         then = self._goodput(fit, noise, *best)
         self._report["goodput_best"] = then
         _, b_micro, b_accum = best
@@ -194,15 +212,22 @@ class Goodput(Policy):
         m = int(micro) if micro and local % int(micro) == 0 else local
         return int(batch), m, local // m, world
 
-    def _measure(self, ctx: Context, micro: int, accum: int) -> None:
+    def _measure(self, ctx: Context, micro: int, accum: int) -> bool:
+        """Take the step times of the records not seen yet; whether there were any."""
         since = (ctx.applied_at if ctx.applied_at is not None else -1) + self.settle
-        for rec in ctx.history:
-            step, t = rec.get("step"), number(rec.get("step_time"))
-            if not isinstance(step, int) or step <= self._seen:
-                continue
+        new = []
+        for rec in reversed(ctx.history):  # newest first: only the few since the last call
+            step = rec.get("step")
+            if isinstance(step, int) and step <= self._seen:
+                break
+            if isinstance(step, int):
+                new.append(rec)
+        for rec in reversed(new):
+            step, t = rec["step"], number(rec.get("step_time"))
             self._seen = step
             if step > since and t is not None and t > 0:
                 self.model.observe(micro, accum, t)
+        return bool(new)
 
     def _goodput(self, fit: tuple[float, float, float], noise: float, world: int,
                  micro: int, accum: int) -> float:
@@ -212,11 +237,13 @@ class Goodput(Policy):
         assert self.start is not None
         return batch / seconds * efficiency(batch, self.start, noise) if seconds > 0 else 0.0
 
-    def _candidates(self, ctx: Context, world: int) -> list[tuple[int, int, int]]:
+    def _candidates(self, ctx: Context, world: int,
+                    now: tuple[int, int]) -> list[tuple[int, int, int]]:
         """(ranks, micro, accumulation) for global batches spaced geometrically from the
         lower bound to ``max_batch``: the fewest micro-batches that fit ``max_micro_batch``
         (each adds a micro-batch's fixed cost), accumulation only where the job has a
-        ``micro_batch`` to set."""
+        ``micro_batch`` to set, micro-batches at most ``TRUST`` times the largest measured.
+        ``now`` (micro, accumulation) stands in where nothing else qualifies."""
         assert self.start is not None
         low = max(self.min_batch or self.start, world)
         high = self.max_batch
@@ -224,6 +251,7 @@ class Goodput(Policy):
         if spec_high is not None:
             high = min(high, int(spec_high))
         can_split = "micro_batch" in ctx.hparams
+        trusted = TRUST * max((m for m, _ in self.model.measured()), default=now[0])
         out = set()
         for i in range(GRID):
             want = low * (high / low) ** (i / (GRID - 1)) if high > low else low
@@ -235,14 +263,9 @@ class Goodput(Policy):
             if not can_split and local > cap:
                 local = cap
             micro = max(1, local // accum)
-            if low <= world * micro * accum <= high:
+            if low <= world * micro * accum <= high and micro <= trusted:
                 out.add((world, micro, accum))
-        return sorted(out) or [(world, *self._plan_now(ctx))]
-
-    def _plan_now(self, ctx: Context) -> tuple[int, int]:
-        plan = self._plan(ctx)
-        assert plan is not None
-        return plan[1], plan[2]
+        return sorted(out) or [(world, *now)]
 
     # ---- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -259,5 +282,7 @@ class Goodput(Policy):
             raise InvalidCommand(f"goodput: bad saved state {seen!r}")
         for key, times in seen.items():
             m, _, s = str(key).partition("x")
+            if not (m.isdigit() and s.isdigit() and isinstance(times, list)):
+                raise InvalidCommand(f"goodput: bad saved configuration {key!r}: {times!r}")
             for t in times:
                 self.model.observe(int(m), int(s), float(t))

@@ -11,7 +11,7 @@ import pytest
 from policy_sim import Sim
 
 from hpinteract.policies import Goodput, create
-from hpinteract.policies.goodput import MEASURED, StepTimeModel, efficiency
+from hpinteract.policies.goodput import MEASURED, TRUST, StepTimeModel, efficiency
 from hpinteract.protocol.errors import InvalidCommand
 
 ALPHA, BETA, DELTA = 4e-3, 20e-6, 1e-3  # a micro-batch, a sample, a step (seconds)
@@ -73,6 +73,20 @@ def test_the_batch_goes_to_the_goodput_optimum_and_stays() -> None:
     assert batches[-1][0] < 300
     applied = [c for _, name, c in sim.applied if name == "goodput" and "batch_size" in c.values]
     assert all(c.reason.startswith("goodput ") and "predicted" in c.reason for c in applied)
+
+
+def test_the_batch_climbs_at_most_trust_times_what_was_measured() -> None:
+    # A step time that does not grow with the batch (as a noisy pair of medians can make
+    # it look): the fitted line says any batch is free, the optimum is max_batch. The
+    # policy gets there in measured steps of at most TRUST x the largest micro-batch.
+    sim = Sim(Goodput(max_batch=8192, interval=50), world_size=2,
+              hparams={"batch_size": 64, "micro_batch": 32, "lr_scaling": "adascale"})
+    sim.train(600, step_time=0.01, gns=1e7)
+    micros = [32] + [m for _, m in sim.changes("micro_batch")]
+    assert micros[-1] == 4096, micros
+    assert len(micros) >= 4
+    for i in range(1, len(micros)):
+        assert micros[i] <= TRUST * max(micros[:i]), micros
 
 
 def test_no_switch_for_a_gain_below_min_gain() -> None:

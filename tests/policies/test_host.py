@@ -169,7 +169,7 @@ def test_a_policy_sees_the_last_published_value_of_a_sparse_metric():
     from hpinteract.policies import AdaptiveBatchSize
 
     ps = PolicySet(world_size=2)
-    ps.observe_status({"batch_size": 32, "lr": 0.1, "monitor_gns": 1})
+    ps.observe_status({"batch_size": 32, "lr": 0.1, "monitor_gns": 1, "lr_scaling": "adascale"})
     ps.add(AdaptiveBatchSize(max_batch=256, patience=2, cooldown=0), every=10)
     seen: list[Any] = []
     ps.add(FunctionPolicy(lambda ctx: seen.append(ctx.metrics.get("gns")), "watch"), every=10)
