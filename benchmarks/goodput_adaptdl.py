@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -39,6 +40,9 @@ p = argparse.ArgumentParser()
 p.add_argument("--task", choices=sorted(tasks.TASKS), required=True)
 p.add_argument("--data", type=Path, required=True)
 p.add_argument("--out", type=Path, required=True)
+p.add_argument("--steps", type=int, default=None,
+               help="the cost of a step: this many steps at --batch, then the median")
+p.add_argument("--batch", type=int, default=None, help="with --steps: the global batch")
 p.add_argument("--refit-s", type=float, default=None,
                help="refit AdaptDL's throughput model every S s (as released: every 30 s)")
 a = p.parse_args()
@@ -50,14 +54,39 @@ warnings.filterwarnings("ignore", message="skipping zero_grad")
 adl.init_process_group("gloo")
 rank = adaptdl.env.replica_rank()
 d = tasks.load(a.task, a.data)
+replicas = adaptdl.env.num_replicas()
+start = a.batch if a.steps else task.start
 loader = adl.AdaptiveDataLoader(torch.utils.data.TensorDataset(d["x"], d["y"]),
-                                batch_size=task.start, shuffle=True, drop_last=True)
-loader.autoscale_batch_size(task.max_batch, local_bsz_bounds=(1, task.max_micro),
-                            gradient_accumulation=True)
+                                batch_size=start, shuffle=True, drop_last=True)
+if a.steps:  # its goodput machinery on, held at one batch (nothing else it may choose)
+    loader.autoscale_batch_size(start, local_bsz_bounds=(start // replicas,
+                                                         start // replicas))
+else:
+    loader.autoscale_batch_size(task.max_batch, local_bsz_bounds=(1, task.max_micro),
+                                gradient_accumulation=True)
 net = tasks.model(a.task)
 opt = torch.optim.SGD(net.parameters(), lr=task.lr, momentum=0.9)
 model = adl.AdaptiveDataParallel(net, opt)
 budget = task.epochs * len(d["x"])  # samples, as goodput_train.py's epochs give
+if a.steps:  # the cost of a step, as goodput_train.py --steps measures it
+    times: list[float] = []
+    t = time.perf_counter()
+    for _epoch in adl.remaining_epochs_until(10**6):
+        for x, y in loader:
+            opt.zero_grad()
+            tasks.loss(a.task, model(x), y).backward()
+            opt.step()
+            now = time.perf_counter()
+            times.append(now - t)
+            t = now
+            if len(times) == a.steps:
+                break
+        if len(times) == a.steps:
+            break
+    if rank == 0:
+        a.out.write_text(json.dumps({"step_ms": 1e3 * statistics.median(
+            times[len(times) // 5:])}) + "\n")
+    raise SystemExit(0)
 train_time, seen, next_eval, done = 0.0, 0, task.eval_every, False
 out = open(a.out, "w") if rank == 0 else None  # noqa: SIM115
 t = time.perf_counter()

@@ -4,12 +4,17 @@
 Runs under torchrun (every rank, hpi.launch). Every ``eval_every`` samples it evaluates on
 rank 0's copy of the model and reports the metric, ``train_time`` (wall seconds of
 training so far, evaluations excluded), ``samples`` and the ``batch`` in force through
-``run.log_eval``, and stops at the first evaluation that reaches the task's target.
+``run.log_eval``, and stops at the first evaluation that reaches the task's target. With
+``--steps N`` it measures the cost of a step instead: N steps at the batch it starts at
+(goodput with a ``--min-gain`` that never switches), then the median step time past the
+first fifth as ``step_ms``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 from pathlib import Path
 
@@ -26,6 +31,11 @@ p.add_argument("--data", type=Path, required=True)
 p.add_argument("--batch", type=int, default=None, help="the (first) global batch")
 p.add_argument("--policy", choices=("static", "goodput", "adaptive"), default="static")
 p.add_argument("--interval", type=int, default=None, help="goodput: steps between looks")
+p.add_argument("--min-gain", type=float, default=None, help="goodput: the gain to switch")
+p.add_argument("--monitor-every", type=int, default=1, help="goodput: monitor_gns")
+p.add_argument("--gns-smoothing", type=float, default=None)
+p.add_argument("--steps", type=int, default=None,
+               help="the cost of a step: train this many steps, then report the median")
 a = p.parse_args()
 task = tasks.TASKS[a.task]
 batch = a.batch or task.start
@@ -33,16 +43,20 @@ batch = a.batch or task.start
 policies: list = []
 if a.policy == "goodput":
     policies = [Goodput(max_batch=task.max_batch, max_micro_batch=task.max_micro,
-                        **({"interval": a.interval} if a.interval else {}))]
+                        monitor_every=a.monitor_every,
+                        **({"interval": a.interval} if a.interval else {}),
+                        **({"min_gain": a.min_gain} if a.min_gain is not None else {}))]
 elif a.policy == "adaptive":
     # Its defaults (lr_scaling adascale), as a user would add it; one micro-batch a rank,
     # so no more than max_micro samples a rank.
     policies = [(AdaptiveBatchSize(max_batch=min(task.max_batch, 2 * task.max_micro),
                                    min_batch=batch), 10)]
 hparams = {"lr": task.lr, "momentum": 0.9, "batch_size": batch,
-           "monitor_gns": 1 if a.policy != "static" else 0}
+           "monitor_gns": a.monitor_every if a.policy != "static" else 0}
+if a.gns_smoothing is not None:
+    hparams["gns_smoothing"] = a.gns_smoothing
 if a.policy == "goodput":  # it splits a rank's share into micro-batches where it pays
-    hparams["micro_batch"] = min(task.max_micro, batch // 2)
+    hparams["micro_batch"] = min(task.max_micro, batch // int(os.environ["WORLD_SIZE"]))
 run = hpi.init(hparams=hparams, policies=policies)
 d = tasks.load(a.task, a.data)
 net = tasks.model(a.task)
@@ -50,6 +64,24 @@ model = DDP(net)
 opt = torch.optim.SGD(model.parameters(), lr=run.hp["lr"], momentum=0.9)
 run.watch(model, opt)
 loader = run.dataloader(torch.utils.data.TensorDataset(d["x"], d["y"]), seed=0, drop_last=True)
+if a.steps:  # the cost of a step: no evaluation, no target
+    times: list[float] = []
+    t = time.perf_counter()
+    while len(times) < a.steps:
+        for x, y in loader:
+            if not run.backward(tasks.loss(a.task, model(x), y)):
+                continue
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            run.step()
+            now = time.perf_counter()
+            times.append(now - t)
+            t = now
+            if len(times) == a.steps:
+                break
+    run.log_eval(step_ms=1e3 * statistics.median(times[len(times) // 5:]))
+    run.finish()
+    raise SystemExit(0)
 train_time, seen, next_eval = 0.0, 0, task.eval_every
 t = time.perf_counter()
 for _epoch in run.epochs(task.epochs):
