@@ -37,7 +37,7 @@ GRID = 48  # global batches tried, geometrically spaced
 NICE = 8
 # Step times before a configuration counts as measured: on a shared 2-core machine single
 # step times of one configuration ranged over 5-50 ms, and a median of 5 once fitted a cost
-# a sample of 0 (the larger batch measured faster), which sent the batch 30x up.
+# a sample of 0 (the larger batch measured faster), which sent the batch 35x up.
 MEASURED = 10
 # How far past the largest micro-batch measured a candidate may go: the fitted line is a
 # guess beyond it (a cache, a kernel switch, memory), so the batch climbs in steps of at
@@ -212,8 +212,8 @@ class Goodput(Policy):
         m = int(micro) if micro and local % int(micro) == 0 else local
         return int(batch), m, local // m, world
 
-    def _measure(self, ctx: Context, micro: int, accum: int) -> bool:
-        """Take the step times of the records not seen yet; whether there were any."""
+    def _measure(self, ctx: Context, micro: int, accum: int) -> None:
+        """Take the step times of the records not seen yet."""
         since = (ctx.applied_at if ctx.applied_at is not None else -1) + self.settle
         new = []
         for rec in reversed(ctx.history):  # newest first: only the few since the last call
@@ -227,7 +227,6 @@ class Goodput(Policy):
             self._seen = step
             if step > since and t is not None and t > 0:
                 self.model.observe(micro, accum, t)
-        return bool(new)
 
     def _goodput(self, fit: tuple[float, float, float], noise: float, world: int,
                  micro: int, accum: int) -> float:

@@ -162,6 +162,10 @@ def test_with_workers_it_reports_what_half_and_twice_the_ranks_would_give() -> N
     again = Goodput(max_batch=8192, interval=50)
     again.load_state_dict(p.state_dict())
     assert again.start == p.start and again.model.fit() == p.model.fit()
+    for bad in ({"seen": {"64": [0.01]}}, {"seen": {"ax2": [0.01]}}, {"seen": {"64x1": 0.01}},
+                {"seen": [1, 2]}):
+        with pytest.raises(InvalidCommand, match="goodput: bad saved"):
+            Goodput(max_batch=8192).load_state_dict(bad)
 
 
 @pytest.mark.parametrize(("params", "words"), [
