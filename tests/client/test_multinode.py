@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from helpers import TOY, job_pids, until, wait_for_step
+from lab import free_port
 
 import hpinteract as hpi
 from hpinteract.client.history import read_records
@@ -24,12 +25,6 @@ from hpinteract.protocol.errors import ConfigError
 from hpinteract.protocol.rundir import read_json
 
 N = 512  # 32 steps an epoch
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_two_nodes_apply_a_change_on_every_rank_at_one_step(tmp_path):
