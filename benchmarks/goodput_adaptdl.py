@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -68,25 +67,8 @@ net = tasks.model(a.task)
 opt = torch.optim.SGD(net.parameters(), lr=task.lr, momentum=0.9)
 model = adl.AdaptiveDataParallel(net, opt)
 budget = task.epochs * len(d["x"])  # samples, as goodput_train.py's epochs give
-if a.steps:  # the cost of a step, as goodput_train.py --steps measures it
-    times: list[float] = []
-    t = time.perf_counter()
-    for _epoch in adl.remaining_epochs_until(10**6):
-        for x, y in loader:
-            opt.zero_grad()
-            tasks.loss(a.task, model(x), y).backward()
-            opt.step()
-            now = time.perf_counter()
-            times.append(now - t)
-            t = now
-            if len(times) == a.steps:
-                break
-        if len(times) == a.steps:
-            break
-    if rank == 0:
-        a.out.write_text(json.dumps({"step_ms": 1e3 * statistics.median(
-            times[len(times) // 5:])}) + "\n")
-    raise SystemExit(0)
+# --steps: the cost of a step, as goodput_train.py measures it
+clock = tasks.StepClock(a.steps) if a.steps else None
 train_time, seen, next_eval, done = 0.0, 0, task.eval_every, False
 out = open(a.out, "w") if rank == 0 else None  # noqa: SIM115
 t = time.perf_counter()
@@ -97,6 +79,11 @@ for _epoch in adl.remaining_epochs_until(10**6):
         opt.zero_grad()
         tasks.loss(a.task, model(x), y).backward()
         opt.step()
+        if clock is not None:
+            done = clock.tick()
+            if done:
+                break
+            continue
         if a.refit_s is not None:
             # AdaptDL refits on rank 0 when its last fit (_PREV_REPORT) is 30 s old, as it
             # is about to after this step: backdating it by 30 s makes that every refit_s.
@@ -123,4 +110,6 @@ for _epoch in adl.remaining_epochs_until(10**6):
     if done:
         break
 if out is not None:
+    if clock is not None:
+        out.write(json.dumps({"step_ms": clock.median_ms()}) + "\n")
     out.close()

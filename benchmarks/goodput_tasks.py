@@ -16,6 +16,8 @@ both systems whatever their environments.
 
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,25 @@ TASKS = {
     "quadratic": Task("val_excess", False, 0.002, 0.01, 64, 8192, 2048, 400, 16384,
                       (64, 128, 256, 512, 1024)),
 }
+
+
+class StepClock:
+    """The cost of a step (both scripts' ``--steps N``): the wall time from one step's end
+    to the next's, N of them, and their median past the first fifth (the warm-up)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self._last = steps, time.perf_counter()
+        self.times: list[float] = []
+
+    def tick(self) -> bool:
+        """A step ended; whether that was the last one to time."""
+        now = time.perf_counter()
+        self.times.append(now - self._last)
+        self._last = now
+        return len(self.times) >= self.steps
+
+    def median_ms(self) -> float:
+        return 1e3 * statistics.median(self.times[len(self.times) // 5:])
 
 
 def load(task: str, data: Path) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -64,24 +63,8 @@ model = DDP(net)
 opt = torch.optim.SGD(model.parameters(), lr=run.hp["lr"], momentum=0.9)
 run.watch(model, opt)
 loader = run.dataloader(torch.utils.data.TensorDataset(d["x"], d["y"]), seed=0, drop_last=True)
-if a.steps:  # the cost of a step: no evaluation, no target
-    times: list[float] = []
-    t = time.perf_counter()
-    while len(times) < a.steps:
-        for x, y in loader:
-            if not run.backward(tasks.loss(a.task, model(x), y)):
-                continue
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            run.step()
-            now = time.perf_counter()
-            times.append(now - t)
-            t = now
-            if len(times) == a.steps:
-                break
-    run.log_eval(step_ms=1e3 * statistics.median(times[len(times) // 5:]))
-    run.finish()
-    raise SystemExit(0)
+# --steps: the cost of a step, with no evaluation and no target
+clock = tasks.StepClock(a.steps) if a.steps else None
 train_time, seen, next_eval = 0.0, 0, task.eval_every
 t = time.perf_counter()
 for _epoch in run.epochs(task.epochs):
@@ -91,6 +74,10 @@ for _epoch in run.epochs(task.epochs):
         opt.step()
         opt.zero_grad(set_to_none=True)
         run.step()
+        if clock is not None:
+            if clock.tick():
+                break
+            continue
         seen += int(run.hp["batch_size"])
         if seen >= next_eval:
             train_time += time.perf_counter() - t
@@ -105,4 +92,6 @@ for _epoch in run.epochs(task.epochs):
     else:
         continue
     break
+if clock is not None:
+    run.log_eval(step_ms=clock.median_ms())
 run.finish()

@@ -28,16 +28,26 @@ from . import layout
 from .figure import Figure
 from .series import Series, SeriesView
 
-# Which figure a metric goes to; a metric no rule claims gets a figure of its own.
-GROUPS: tuple[tuple[str, str], ...] = (
-    ("loss", "loss"), ("accuracy", "acc"), ("learning rate", "lr"),
-    ("batch size", "batch_size"), ("throughput (samples/s)", "samples_per_s"),
-    ("gradient noise scale", "gns"), ("gradient norm", "grad_norm"),
-    ("step and data time per rank (s)", "step_time_r"),
-    ("step and data time per rank (s)", "data_time_r"), ("step time (s)", "step_time"),
-    ("step time (s)", "data_time"), ("statistical efficiency", "goodput_efficiency"),
-    ("goodput (samples/s x efficiency)", "goodput"),
+# Which figure a metric goes to, and how its name is matched: "is" the name itself, "in"
+# any name holding it (val_loss, train_acc), "rank" it followed by a rank (step_time_r1),
+# "family" it or it followed by "_" (goodput_best, goodput_workers_4); the first rule that
+# matches wins. A metric no rule claims gets a figure of its own.
+GROUPS: tuple[tuple[str, str, str], ...] = (
+    ("loss", "loss", "in"), ("accuracy", "acc", "in"), ("learning rate", "lr", "is"),
+    ("batch size", "batch_size", "is"), ("throughput (samples/s)", "samples_per_s", "is"),
+    ("gradient noise scale", "gns", "is"), ("gradient norm", "grad_norm", "is"),
+    ("step and data time per rank (s)", "step_time_r", "rank"),
+    ("step and data time per rank (s)", "data_time_r", "rank"),
+    ("step time (s)", "step_time", "is"), ("step time (s)", "data_time", "is"),
+    ("statistical efficiency", "goodput_efficiency", "is"),
+    ("goodput (samples/s x efficiency)", "goodput", "family"),
 )
+MATCH: dict[str, Callable[[str, str], bool]] = {
+    "is": lambda name, key: name == key,
+    "in": lambda name, key: key in name,
+    "rank": lambda name, key: name.startswith(key) and name[len(key):].isdigit(),
+    "family": lambda name, key: name == key or name.startswith(key + "_"),
+}
 # Not drawn unless asked for by name: bookkeeping, the noise scale's parts, the goodput
 # policy's fitted costs (in its decisions' reasons). (The straggler ratio is in the
 # per-rank figure's title.)
@@ -52,12 +62,7 @@ SMOOTHED = {"samples_per_s": 0.9}
 def group_of(name: str) -> str:
     """The figure a metric belongs to: ``val_loss`` joins ``loss``, ``train_acc`` joins
     ``accuracy``, ``step_time_r1`` joins the step times."""
-    for title, key in GROUPS:
-        if name == key or (key in ("loss", "acc") and key in name) or \
-                (key.endswith("_r") and name.startswith(key) and name[len(key):].isdigit()) or \
-                (key == "goodput" and name.startswith("goodput_")):  # _best, _workers_4
-            return title
-    return name
+    return next((title for title, key, how in GROUPS if MATCH[how](name, key)), name)
 
 
 class LivePlots:
